@@ -1,0 +1,86 @@
+#pragma once
+// Context: everything a computation needs — allocator, random stream, executor, mode. There is no
+// global state; two Contexts never share anything unless the user hands them the same allocator.
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "allocator.hpp"
+#include "thread_pool.hpp"
+
+namespace dl {
+
+enum class Device : std::uint8_t { cpu, cuda };
+
+struct context_options {
+    std::uint64_t seed = 0;
+    int threads = static_cast<int>(std::thread::hardware_concurrency());  ///< total, including the caller
+    std::shared_ptr<Allocator> allocator = nullptr;                      ///< null: a new caching_allocator
+};
+
+class Context {
+public:
+    Context() : Context(context_options{}) {}
+    explicit Context(context_options options)
+        : allocator_(options.allocator ? std::move(options.allocator) : std::make_shared<caching_allocator>()),
+          pool_(options.threads),
+          seed_(options.seed) {
+        use_executor(pool_);
+    }
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    [[nodiscard]] Allocator& allocator() const noexcept { return *allocator_; }
+    [[nodiscard]] const std::shared_ptr<Allocator>& shared_allocator() const noexcept { return allocator_; }
+
+    /// Runs work on `user_executor` (which must outlive this Context or the next call) instead of the
+    /// Context's own pool, e.g. a game engine's job system.
+    template <executor E>
+    void use_executor(E& user_executor) noexcept {
+        executor_ = &user_executor;
+        parallel_for_ = [](void* e, std::int64_t count, task_ref task) { static_cast<E*>(e)->parallel_for(count, task); };
+        concurrency_ = [](void* e) { return static_cast<int>(static_cast<E*>(e)->concurrency()); };
+    }
+    void use_own_pool() noexcept { use_executor(pool_); }
+
+    /// Runs task(i) for i in [0, count) on the current executor.
+    void parallel_for(std::int64_t count, task_ref task) const { parallel_for_(executor_, count, task); }
+    [[nodiscard]] int concurrency() const { return concurrency_(executor_); }
+
+    /// Random streams: each call reserves `count` positions of the seed's stream, so successive random
+    /// tensors differ and a re-seeded Context repeats them.
+    [[nodiscard]] std::uint64_t seed() const noexcept { return seed_; }
+    void manual_seed(std::uint64_t seed) noexcept {
+        seed_ = seed;
+        random_offset_ = 0;
+    }
+    [[nodiscard]] std::uint64_t reserve_random(std::uint64_t count) noexcept {
+        return std::exchange(random_offset_, random_offset_ + count);
+    }
+
+    [[nodiscard]] bool training() const noexcept { return training_; }
+    void train(bool on = true) noexcept { training_ = on; }
+    void eval() noexcept { training_ = false; }
+
+    [[nodiscard]] Device device() const noexcept { return device_; }
+
+private:
+    std::shared_ptr<Allocator> allocator_;
+    thread_pool pool_;
+    void* executor_ = nullptr;
+    void (*parallel_for_)(void*, std::int64_t, task_ref) = nullptr;
+    int (*concurrency_)(void*) = nullptr;
+    std::uint64_t seed_;
+    std::uint64_t random_offset_ = 0;
+    bool training_ = true;
+    Device device_ = Device::cpu;
+};
+
+/// A process-wide Context for convenience (tensors created without one use it). It is just one more
+/// Context: it shares nothing with any other.
+[[nodiscard]] inline Context& default_context() {
+    static Context context;
+    return context;
+}
+
+}  // namespace dl

@@ -1,0 +1,365 @@
+#pragma once
+// Tensor<T>: a handle to strided elements — storage + shape + strides (in elements) + offset.
+//
+// Like torch::Tensor and std::shared_ptr, copying a Tensor copies the handle: both refer to the same
+// elements. Views (slice, transpose, expand, ...) are Tensors sharing storage, never copies.
+// Writing elements goes through assignment from an expression (expr/):
+//   t = a + b;          writes into t's elements (t's shape must be the broadcast shape of a + b);
+//                       a null Tensor (default-constructed) is allocated instead.
+//   t.slice(0, 1, 3) = 0.0f;   writes into part of t.
+//   Tensor<float> u = a + b;   allocates u and evaluates into it.
+//   t = other_tensor;  rebinds the handle (lvalue), but copies elements into a temporary view:
+//                       t.slice(...) = other is an element copy, as in PyTorch.
+// Use clone() for an independent copy.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <optional>
+#include <type_traits>
+
+#include "context.hpp"
+#include "dtype.hpp"
+#include "error.hpp"
+#include "shape.hpp"
+#include "storage.hpp"
+
+namespace dl {
+
+namespace detail {
+/// Base of every expression node (expr/); lets core accept expressions without including them.
+struct expression_tag {};
+}  // namespace detail
+
+template <class E>
+concept expression_node = std::derived_from<std::remove_cvref_t<E>, detail::expression_tag>;
+
+template <element T>
+class Tensor {
+public:
+    using value_type = T;
+
+    /// A null tensor: no storage, rank 0, numel 1, not usable until assigned.
+    Tensor() noexcept = default;
+
+    /// Uninitialised elements of `shape`, from ctx's allocator.
+    explicit Tensor(const Shape& shape, Context& ctx = default_context())
+        : shape_(shape), strides_(contiguous_strides(shape)), ctx_(&ctx) {
+        for (auto e : shape)
+            if (e < 0) detail::fail("dl::Tensor: negative extent in shape ", shape);
+        storage_ = Storage::allocate(ctx.shared_allocator(), static_cast<std::size_t>(shape.numel()) * sizeof(T));
+        base_ = static_cast<T*>(storage_.data());
+    }
+
+    /// A non-owning view of user memory (e.g. a game engine's buffer), which must outlive every use.
+    static Tensor borrow(T* data, const Shape& shape, const Strides& strides, Context& ctx = default_context()) {
+        if (shape.size() != strides.size())
+            detail::fail("dl::from_blob: shape ", shape, " and strides ", strides, " differ in rank");
+        Tensor t;
+        t.base_ = data;
+        t.shape_ = shape;
+        t.strides_ = strides;
+        t.ctx_ = &ctx;
+        return t;
+    }
+
+    /// Evaluates an expression into a new tensor (one loop, one allocation).
+    template <expression_node E>
+    Tensor(E&& e)  // NOLINT: implicit, so `Tensor<float> y = a + b;` reads naturally
+    {
+        assign(*this, std::forward<E>(e));
+    }
+
+    Tensor(const Tensor&) noexcept = default;
+    Tensor(Tensor&&) noexcept = default;
+    Tensor& operator=(const Tensor&) & noexcept = default;
+    Tensor& operator=(Tensor&&) & noexcept = default;
+    /// On a temporary (a view): copies elements, so `t.slice(0, 0, 2) = u;` writes into t.
+    Tensor& operator=(const Tensor& src) && {
+        assign(*this, src);
+        return *this;
+    }
+
+    template <class E>
+        requires(expression_node<E> || std::is_arithmetic_v<std::remove_cvref_t<E>>)
+    Tensor& operator=(E&& e) & {
+        assign(*this, std::forward<E>(e));
+        return *this;
+    }
+    template <class E>
+        requires(expression_node<E> || std::is_arithmetic_v<std::remove_cvref_t<E>>)
+    Tensor& operator=(E&& e) && {
+        assign(*this, std::forward<E>(e));
+        return *this;
+    }
+
+    // --- inspection ---
+    [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
+    [[nodiscard]] std::int64_t shape(std::int64_t dim) const { return shape_[wrap_dim(dim, rank(), "shape")]; }
+    [[nodiscard]] const Strides& strides() const noexcept { return strides_; }
+    [[nodiscard]] std::int64_t offset() const noexcept { return offset_; }
+    [[nodiscard]] int rank() const noexcept { return shape_.size(); }
+    [[nodiscard]] std::int64_t numel() const noexcept { return shape_.numel(); }
+    [[nodiscard]] static constexpr DType dtype() noexcept { return dtype_of<T>; }
+    [[nodiscard]] bool defined() const noexcept { return base_ != nullptr || storage_; }
+    [[nodiscard]] bool owns_memory() const noexcept { return static_cast<bool>(storage_); }
+    [[nodiscard]] Context& context() const noexcept { return *ctx_; }
+    [[nodiscard]] const Storage& storage() const noexcept { return storage_; }
+    /// Address of element (0, ..., 0).
+    [[nodiscard]] T* data() const noexcept { return base_ + offset_; }
+
+    [[nodiscard]] bool is_contiguous() const noexcept {
+        std::int64_t expected = 1;
+        for (int i = rank() - 1; i >= 0; --i) {
+            if (shape_[i] == 1) continue;
+            if (shape_[i] == 0) return true;
+            if (strides_[i] != expected) return false;
+            expected *= shape_[i];
+        }
+        return true;
+    }
+
+    /// Unchecked element access (checked by at()).
+    template <std::integral... I>
+    [[nodiscard]] T& operator()(I... index) const noexcept {
+        std::int64_t pos = 0, d = 0;
+        ((pos += static_cast<std::int64_t>(index) * strides_[static_cast<int>(d++)]), ...);
+        return data()[pos];
+    }
+    template <std::integral... I>
+    [[nodiscard]] T& at(I... index) const {
+        const std::int64_t idx[] = {0, static_cast<std::int64_t>(index)...};
+        if (static_cast<int>(sizeof...(I)) != rank())
+            detail::fail("dl::Tensor::at: ", sizeof...(I), " indices for a tensor of shape ", shape_);
+        for (int d = 0; d < rank(); ++d)
+            if (idx[d + 1] < 0 || idx[d + 1] >= shape_[d])
+                detail::fail("dl::Tensor::at: index ", idx[d + 1], " out of range for dimension ", d, " of shape ",
+                             shape_);
+        return (*this)(index...);
+    }
+    /// The value of a one-element tensor.
+    [[nodiscard]] T item() const {
+        if (numel() != 1) detail::fail("dl::Tensor::item: tensor of shape ", shape_, " has ", numel(), " elements");
+        return *data();
+    }
+
+    // --- views (share storage) ---
+    /// Elements start, start+step, ... < stop along `dim`; negative start/stop count from the end and
+    /// are clamped to the extent, as in Python.
+    [[nodiscard]] Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t stop, std::int64_t step = 1) const {
+        const int d = wrap_dim(dim, rank(), "slice");
+        if (step <= 0) detail::fail("dl::slice: step must be positive, got ", step);
+        const std::int64_t n = shape_[d];
+        auto clamp = [n](std::int64_t i) { return std::clamp<std::int64_t>(i < 0 ? i + n : i, 0, n); };
+        start = clamp(start);
+        stop = std::max(clamp(stop), start);
+        Tensor v = *this;
+        v.offset_ += start * strides_[d];
+        v.shape_[d] = (stop - start + step - 1) / step;
+        v.strides_[d] *= step;
+        return v;
+    }
+    /// The sub-tensor at `index` of `dim`; the rank drops by one.
+    [[nodiscard]] Tensor select(std::int64_t dim, std::int64_t index) const {
+        const int d = wrap_dim(dim, rank(), "select");
+        if (index < -shape_[d] || index >= shape_[d])
+            detail::fail("dl::select: index ", index, " out of range for dimension ", d, " of shape ", shape_);
+        if (index < 0) index += shape_[d];
+        Tensor v = *this;
+        v.offset_ += index * strides_[d];
+        v.shape_.erase(d);
+        v.strides_.erase(d);
+        return v;
+    }
+    [[nodiscard]] Tensor transpose(std::int64_t dim0, std::int64_t dim1) const {
+        const int a = wrap_dim(dim0, rank(), "transpose"), b = wrap_dim(dim1, rank(), "transpose");
+        Tensor v = *this;
+        std::swap(v.shape_[a], v.shape_[b]);
+        std::swap(v.strides_[a], v.strides_[b]);
+        return v;
+    }
+    /// Matrix transpose of a rank-2 tensor.
+    [[nodiscard]] Tensor t() const {
+        if (rank() != 2) detail::fail("dl::Tensor::t: expects rank 2, got shape ", shape_);
+        return transpose(0, 1);
+    }
+    /// Dimension i of the result is dimension order[i] of this tensor.
+    [[nodiscard]] Tensor permute(const Dims& order) const {
+        if (order.size() != rank())
+            detail::fail("dl::permute: order ", order, " does not match rank of shape ", shape_);
+        Tensor v = *this;
+        bool seen[max_rank] = {};
+        for (int i = 0; i < rank(); ++i) {
+            const int d = wrap_dim(order[i], rank(), "permute");
+            if (seen[d]) detail::fail("dl::permute: dimension ", d, " repeated in ", order);
+            seen[d] = true;
+            v.shape_[i] = shape_[d];
+            v.strides_[i] = strides_[d];
+        }
+        return v;
+    }
+    /// Broadcasts to `shape` (numpy rules) with stride 0 along new or size-1 dimensions.
+    [[nodiscard]] Tensor expand(const Shape& shape) const {
+        if (shape.size() < rank()) detail::fail("dl::expand: cannot expand shape ", shape_, " to lower rank ", shape);
+        Tensor v = *this;
+        v.shape_ = shape;
+        v.strides_ = Dims::filled(shape.size(), 0);
+        const int lead = shape.size() - rank();
+        for (int i = 0; i < rank(); ++i) {
+            if (shape_[i] == shape[lead + i])
+                v.strides_[lead + i] = strides_[i];
+            else if (shape_[i] != 1)
+                detail::fail("dl::expand: shape ", shape_, " cannot broadcast to ", shape);
+        }
+        return v;
+    }
+    [[nodiscard]] Tensor broadcast_to(const Shape& shape) const { return expand(shape); }
+    [[nodiscard]] Tensor unsqueeze(std::int64_t dim) const {
+        const int d = wrap_dim(dim, rank() + 1, "unsqueeze");
+        Tensor v = *this;
+        v.shape_.insert(d, 1);
+        v.strides_.insert(d, d < rank() ? strides_[d] * shape_[d] : 1);
+        return v;
+    }
+    /// Drops every size-1 dimension.
+    [[nodiscard]] Tensor squeeze() const {
+        Tensor v = *this;
+        for (int i = v.rank() - 1; i >= 0; --i)
+            if (v.shape_[i] == 1) {
+                v.shape_.erase(i);
+                v.strides_.erase(i);
+            }
+        return v;
+    }
+    /// Drops `dim` if its extent is 1 (else returns the same view, as PyTorch does).
+    [[nodiscard]] Tensor squeeze(std::int64_t dim) const {
+        const int d = wrap_dim(dim, rank(), "squeeze");
+        Tensor v = *this;
+        if (shape_[d] == 1) {
+            v.shape_.erase(d);
+            v.strides_.erase(d);
+        }
+        return v;
+    }
+
+    /// Same elements in `shape` (one extent may be -1). A view when the strides allow it (always for
+    /// contiguous tensors), otherwise a contiguous copy — check shares_storage() if it matters.
+    [[nodiscard]] Tensor reshape(Shape shape) const {
+        shape = infer_shape(shape);
+        if (auto strides = view_strides(shape)) {
+            Tensor v = *this;
+            v.shape_ = shape;
+            v.strides_ = *strides;
+            return v;
+        }
+        return contiguous().reshape(shape);
+    }
+    /// Merges dimensions start..end (inclusive) into one.
+    [[nodiscard]] Tensor flatten(std::int64_t start = 0, std::int64_t end = -1) const {
+        if (rank() == 0) return reshape({1});
+        const int s = wrap_dim(start, rank(), "flatten"), e = wrap_dim(end, rank(), "flatten");
+        if (s > e) detail::fail("dl::flatten: start ", start, " is after end ", end);
+        Shape out;
+        for (int i = 0; i < s; ++i) out.push_back(shape_[i]);
+        std::int64_t merged = 1;
+        for (int i = s; i <= e; ++i) merged *= shape_[i];
+        out.push_back(merged);
+        for (int i = e + 1; i < rank(); ++i) out.push_back(shape_[i]);
+        return reshape(out);
+    }
+
+    // --- copies ---
+    /// This tensor if contiguous, else a contiguous copy.
+    [[nodiscard]] Tensor contiguous() const { return is_contiguous() ? *this : clone(); }
+    /// A contiguous copy with its own storage.
+    [[nodiscard]] Tensor clone() const {
+        Tensor out(shape_, *ctx_);
+        out.copy_from(*this);
+        return out;
+    }
+    /// Copies (broadcasting and converting) the elements of `src` into this tensor.
+    template <class Src>
+    Tensor& copy_from(const Src& src) {
+        assign(*this, src);
+        return *this;
+    }
+    Tensor& fill(T value) {
+        assign(*this, value);
+        return *this;
+    }
+
+    [[nodiscard]] bool shares_storage(const Tensor& other) const noexcept {
+        return defined() && base_ == other.base_;
+    }
+
+private:
+    [[nodiscard]] Shape infer_shape(Shape shape) const {
+        int infer = -1;
+        std::int64_t known = 1;
+        for (int i = 0; i < shape.size(); ++i) {
+            if (shape[i] == -1) {
+                if (infer >= 0) detail::fail("dl::reshape: more than one -1 in ", shape);
+                infer = i;
+            } else if (shape[i] < 0) {
+                detail::fail("dl::reshape: negative extent in ", shape);
+            } else {
+                known *= shape[i];
+            }
+        }
+        if (infer >= 0) {
+            if (known == 0 || numel() % known != 0)
+                detail::fail("dl::reshape: cannot reshape ", shape_, " into ", shape);
+            shape[infer] = numel() / known;
+        }
+        if (shape.numel() != numel())
+            detail::fail("dl::reshape: cannot reshape ", shape_, " (", numel(), " elements) into ", shape, " (",
+                         shape.numel(), " elements)");
+        return shape;
+    }
+
+    // Strides for `shape` over the same memory, if the elements are laid out compatibly (each group of
+    // old dimensions merged or split must be contiguous within itself), as torch's computeStride.
+    [[nodiscard]] std::optional<Strides> view_strides(const Shape& shape) const {
+        Strides out = Dims::filled(shape.size(), 1);
+        if (numel() == 0) return contiguous_strides(shape);
+        int view_d = shape.size() - 1;
+        std::int64_t chunk_stride = rank() ? strides_.back() : 1, tensor_numel = 1, view_numel = 1;
+        for (int d = rank() - 1; d >= 0; --d) {
+            tensor_numel *= shape_[d];
+            if (d == 0 || (shape_[d - 1] != 1 && strides_[d - 1] != tensor_numel * chunk_stride)) {
+                while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+                    out[view_d] = view_numel * chunk_stride;
+                    view_numel *= shape[view_d];
+                    --view_d;
+                }
+                if (view_numel != tensor_numel) return std::nullopt;
+                if (d > 0) {
+                    chunk_stride = strides_[d - 1];
+                    tensor_numel = 1;
+                    view_numel = 1;
+                }
+            }
+        }
+        for (; view_d >= 0; --view_d) out[view_d] = 1;  // leading size-1 dimensions
+        return out;
+    }
+
+    Storage storage_;
+    T* base_ = nullptr;
+    Shape shape_;
+    Strides strides_;
+    std::int64_t offset_ = 0;
+    Context* ctx_ = &default_context();
+};
+
+/// A view of user memory; contiguous row-major when no strides are given.
+template <element T>
+[[nodiscard]] Tensor<T> from_blob(T* data, const Shape& shape, Context& ctx = default_context()) {
+    return Tensor<T>::borrow(data, shape, contiguous_strides(shape), ctx);
+}
+template <element T>
+[[nodiscard]] Tensor<T> from_blob(T* data, const Shape& shape, const Strides& strides, Context& ctx = default_context()) {
+    return Tensor<T>::borrow(data, shape, strides, ctx);
+}
+
+}  // namespace dl

@@ -1,0 +1,145 @@
+#pragma once
+// The CPU executor: a fixed pool of worker threads that runs the chunks of one parallel_for at a time.
+// It lives in core/ (not device/cpu/) because the Context owns it and arrows only point down.
+// Callers pick the chunking, never the pool, so results do not depend on how many threads ran them.
+#include <algorithm>
+#include <atomic>
+#include <concepts>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace dl {
+
+/// A non-owning reference to a callable `void(std::int64_t)`; never allocates.
+class task_ref {
+public:
+    template <class F>
+        requires(!std::same_as<std::remove_cvref_t<F>, task_ref> && std::invocable<F&, std::int64_t>)
+    task_ref(F&& f) noexcept  // NOLINT: implicit by design, like std::function_ref
+        : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+          call_([](void* o, std::int64_t i) { (*static_cast<std::remove_reference_t<F>*>(o))(i); }) {}
+    void operator()(std::int64_t i) const { call_(object_, i); }
+
+private:
+    void* object_;
+    void (*call_)(void*, std::int64_t);
+};
+
+/// Something that can run `count` independent tasks, possibly at once, and return when all are done:
+/// the dl thread pool, or a game engine's own job system.
+template <class E>
+concept executor = requires(E& e, std::int64_t count, task_ref task) {
+    e.parallel_for(count, task);
+    { e.concurrency() } -> std::convertible_to<int>;
+};
+
+class thread_pool {
+public:
+    /// `threads` is the total concurrency: the calling thread works too, so threads - 1 are spawned.
+    explicit thread_pool(int threads = static_cast<int>(std::thread::hardware_concurrency())) {
+        threads = std::max(threads, 1);
+        workers_.reserve(static_cast<std::size_t>(threads - 1));
+        for (int i = 0; i + 1 < threads; ++i) workers_.emplace_back([this] { work(); });
+    }
+    thread_pool(const thread_pool&) = delete;
+    thread_pool& operator=(const thread_pool&) = delete;
+    ~thread_pool() {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        for (auto& w : workers_) w.join();
+    }
+
+    [[nodiscard]] int concurrency() const noexcept { return static_cast<int>(workers_.size()) + 1; }
+
+    /// Runs task(i) for i in [0, count); rethrows the first exception a task threw.
+    void parallel_for(std::int64_t count, task_ref task) {
+        if (count <= 0) return;
+        if (count == 1 || workers_.empty() || inside_ == this) {  // nested calls run inline
+            for (std::int64_t i = 0; i < count; ++i) task(i);
+            return;
+        }
+        std::lock_guard serial(submit_mutex_);
+        {
+            std::lock_guard lock(mutex_);
+            task_ = &task;
+            count_ = count;
+            next_.store(0, std::memory_order_relaxed);
+            done_.store(0, std::memory_order_relaxed);
+            error_ = nullptr;
+            ++generation_;
+        }
+        wake_.notify_all();
+        run_chunks(task, count);
+        std::unique_lock lock(mutex_);
+        finished_.wait(lock, [&] { return done_.load(std::memory_order_acquire) == count && busy_workers_ == 0; });
+        task_ = nullptr;  // late wakers find nothing to do
+        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    }
+
+private:
+    void run_chunks(const task_ref& task, std::int64_t count) {
+        const thread_pool* outer = std::exchange(inside_, this);
+        std::int64_t completed = 0;
+        for (std::int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < count; ++completed) {
+            try {
+                task(i);
+            } catch (...) {
+                std::lock_guard lock(mutex_);
+                if (!error_) error_ = std::current_exception();
+            }
+        }
+        inside_ = outer;
+        if (completed && done_.fetch_add(completed, std::memory_order_acq_rel) + completed == count) {
+            std::lock_guard lock(mutex_);
+            finished_.notify_all();
+        }
+    }
+
+    void work() {
+        std::uint64_t seen = 0;
+        for (;;) {
+            const task_ref* task;
+            std::int64_t count;
+            {
+                std::unique_lock lock(mutex_);
+                wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+                if (stopping_) return;
+                seen = generation_;
+                if (!task_) continue;
+                task = task_;
+                count = count_;
+                ++busy_workers_;
+            }
+            run_chunks(*task, count);
+            std::lock_guard lock(mutex_);
+            if (--busy_workers_ == 0) finished_.notify_all();
+        }
+    }
+
+    static inline thread_local const thread_pool* inside_ = nullptr;
+
+    std::vector<std::thread> workers_;
+    std::mutex submit_mutex_;  // one parallel_for at a time per pool
+    std::mutex mutex_;
+    std::condition_variable wake_, finished_;
+    const task_ref* task_ = nullptr;
+    std::int64_t count_ = 0;
+    std::atomic<std::int64_t> next_{0}, done_{0};
+    std::exception_ptr error_;
+    std::uint64_t generation_ = 0;
+    int busy_workers_ = 0;
+    bool stopping_ = false;
+};
+
+static_assert(executor<thread_pool>);
+
+}  // namespace dl

@@ -1,0 +1,201 @@
+#pragma once
+// The CPU executor for elementwise expressions: `assign(out, expr)` runs one loop over out's
+// elements. Shapes are broadcast once; dimensions that are contiguous for every operand are merged, so
+// same-shape contiguous operands become one flat SIMD loop; anything else runs row by row (SIMD where
+// every operand's innermost stride is 0 or 1, scalar otherwise). Large loops are split over the
+// Context's executor. Every element is computed by the same code whatever the split (tails use partial
+// batches, not a scalar loop), so 1 and N threads give bitwise identical results.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "../../expr/evaluator.hpp"
+
+namespace dl {
+
+namespace detail {
+
+/// Output bytes above which stores bypass the cache: the result is too big to be read back from it
+/// anyway, and streaming saves the read-for-ownership of every destination line.
+inline constexpr std::int64_t stream_threshold_bytes = std::int64_t{8} << 20;
+/// Work (elements x op cost) below which threads cost more than they save.
+inline constexpr std::int64_t parallel_threshold_work = std::int64_t{1} << 16;
+
+/// Byte range [lo, hi) that a tensor's elements span.
+template <class T>
+[[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> byte_span(const Tensor<T>& t) {
+    auto lo = reinterpret_cast<std::uintptr_t>(t.data()), hi = lo;
+    if (t.numel() == 0) return {lo, lo};
+    for (int d = 0; d < t.rank(); ++d) {
+        const std::int64_t reach = (t.shape()[d] - 1) * t.strides()[d] * static_cast<std::int64_t>(sizeof(T));
+        (reach < 0 ? lo : hi) += static_cast<std::uintptr_t>(reach);
+    }
+    return {lo, hi + sizeof(T)};
+}
+
+/// Reading `in` while writing `out` element by element is only safe when `in` either does not touch
+/// out's memory or reads exactly the element being written.
+template <class T, class U>
+[[nodiscard]] bool reads_ahead_of_write(const Tensor<U>& in, const Tensor<T>& out) {
+    const auto [in_lo, in_hi] = byte_span(in);
+    const auto [out_lo, out_hi] = byte_span(out);
+    if (in_hi <= out_lo || out_hi <= in_lo) return false;
+    if constexpr (std::is_same_v<T, U>)
+        return !(in.data() == out.data() && broadcast_strides(in, out.shape()) == out.strides());
+    return true;
+}
+
+/// Merges adjacent dimensions that are contiguous with each other for every operand and drops
+/// size-1 dimensions; leaves at least one dimension.
+template <class Eval>
+void coalesce(Shape& shape, Strides& out_strides, Eval& ev) {
+    auto drop = [&](int d) {
+        shape.erase(d);
+        out_strides.erase(d);
+        ev.for_each_strides([d](Strides& s) { s.erase(d); });
+    };
+    for (int d = shape.size() - 1; d >= 0; --d)
+        if (shape[d] == 1) drop(d);
+    for (int d = shape.size() - 2; d >= 0; --d) {
+        bool mergeable = out_strides[d] == out_strides[d + 1] * shape[d + 1];
+        ev.for_each_strides([&](const Strides& s) { mergeable = mergeable && s[d] == s[d + 1] * shape[d + 1]; });
+        if (!mergeable) continue;
+        shape[d] *= shape[d + 1];
+        out_strides[d] = out_strides[d + 1];
+        ev.for_each_strides([d](Strides& s) { s[d] = s[d + 1]; });
+        shape.erase(d + 1);
+        out_strides.erase(d + 1);
+        ev.for_each_strides([d](Strides& s) { s.erase(d + 1); });
+    }
+    if (shape.empty()) {
+        shape.push_back(1);
+        out_strides.push_back(1);
+        ev.for_each_strides([](Strides& s) { s.push_back(0); });
+    }
+}
+
+enum class row_kernel { scalar, simd_unit, simd_mixed, simd_stream };
+
+template <row_kernel Kind, class T, class Eval>
+DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int64_t j, std::int64_t end) {
+    if constexpr (Kind == row_kernel::scalar) {
+        for (; j < end; ++j) out[j * out_stride] = static_cast<T>(ev.get(j));
+    } else {
+#ifndef DL_NO_SIMD
+        constexpr int W = simd::width<T>;
+        constexpr bool unit = Kind != row_kernel::simd_mixed;
+        auto partial = [&](std::int64_t n) {
+            alignas(64) T buf[W];
+            ev.load_partial(j, n).store_aligned(buf);
+            std::memcpy(out + j, buf, static_cast<std::size_t>(n) * sizeof(T));
+            j += n;
+        };
+        if constexpr (Kind == row_kernel::simd_stream) {
+            const auto misalign = reinterpret_cast<std::uintptr_t>(out + j) % sizeof(simd::batch<T>);
+            if (misalign) partial(std::min<std::int64_t>(end - j, (sizeof(simd::batch<T>) - misalign) / sizeof(T)));
+            for (; j + W <= end; j += W) simd::stream(out + j, ev.template load<true>(j));
+        } else {
+            for (; j + W <= end; j += W) simd::store(out + j, ev.template load<unit>(j));
+        }
+        if (j < end) partial(end - j);
+#endif
+    }
+}
+
+/// Evaluates elements [begin, end) of the flattened (coalesced) output.
+template <row_kernel Kind, class T, class Eval>
+void run_range(T* out, const Shape& shape, const Strides& out_strides, Eval ev, std::int64_t begin,
+               std::int64_t end) {
+    const int outer = shape.size() - 1;
+    const std::int64_t inner = shape[outer];
+    std::int64_t index[max_rank] = {};
+    std::int64_t row = begin / inner, j = begin % inner;
+    for (int d = outer - 1; d >= 0; --d) {
+        index[d] = row % shape[d];
+        row /= shape[d];
+    }
+    while (begin < end) {
+        ev.seek(index, outer);
+        T* out_row = out;
+        for (int d = 0; d < outer; ++d) out_row += index[d] * out_strides[d];
+        const std::int64_t stop = std::min(inner, j + (end - begin));
+        run_row<Kind>(out_row, out_strides[outer], ev, j, stop);
+        begin += stop - j;
+        j = 0;
+        for (int d = outer - 1; d >= 0 && ++index[d] == shape[d]; --d) index[d] = 0;
+    }
+    if constexpr (Kind == row_kernel::simd_stream) simd::stream_fence();
+}
+
+template <class T, class E>
+void evaluate_into(Tensor<T>& out, const E& e) {
+    const std::int64_t n = out.numel();
+    if (n == 0) return;
+    Shape shape = out.shape();
+    Strides out_strides = out.strides();
+    auto ev = make_eval(e, shape);
+    coalesce(shape, out_strides, ev);
+
+    auto run = [&]<row_kernel Kind>() {
+        constexpr std::int64_t cost = cost_of<E> + 1;
+        const int threads = out.context().concurrency();
+        if (threads <= 1 || n * cost < parallel_threshold_work) {
+            run_range<Kind>(out.data(), shape, out_strides, ev, 0, n);
+            return;
+        }
+        const std::int64_t chunks = std::min<std::int64_t>(threads, n * cost / (parallel_threshold_work / 2));
+        const std::int64_t chunk = ((n + chunks - 1) / chunks + 63) & ~std::int64_t{63};  // whole cache lines
+        out.context().parallel_for(chunks, [&](std::int64_t i) {
+            const std::int64_t begin = std::min(n, i * chunk), end = std::min(n, begin + chunk);
+            if (begin < end) run_range<Kind>(out.data(), shape, out_strides, ev, begin, end);
+        });
+    };
+
+    if constexpr (vectorizes_into<decltype(ev), T>) {
+        bool unit = out_strides.back() == 1, mixed = unit;
+        ev.for_each_strides([&](const Strides& s) {
+            unit = unit && s.back() == 1;
+            mixed = mixed && (s.back() == 0 || s.back() == 1);
+        });
+        if (unit && shape.size() == 1 && n * static_cast<std::int64_t>(sizeof(T)) >= stream_threshold_bytes)
+            return run.template operator()<row_kernel::simd_stream>();
+        if (unit) return run.template operator()<row_kernel::simd_unit>();
+        if (mixed) return run.template operator()<row_kernel::simd_mixed>();
+    }
+    run.template operator()<row_kernel::scalar>();
+}
+
+}  // namespace detail
+
+/// Writes expression (or number) `e` into `out`, broadcasting it to out's shape; a null `out` is
+/// allocated with the expression's shape. Operands that overlap `out` in any way other than reading
+/// exactly the element being written are evaluated through a temporary first.
+template <class T, class E>
+void assign(Tensor<T>& out, E&& e) {
+    if constexpr (!expression<E>) {
+        static_assert(scalar<E> || std::is_same_v<std::remove_cvref_t<E>, bool>,
+                      "dl: only a Tensor, an expression or a number can be assigned to a Tensor");
+        detail::evaluate_into(out, scalar_node<T>{{}, static_cast<T>(e)});
+    } else {
+        const Shape shape = shape_of(e);
+        if (!out.defined()) {
+            Context* ctx = context_of(e);
+            out = Tensor<T>(shape, ctx ? *ctx : default_context());
+        } else if (shape != out.shape() && broadcast_shapes(out.shape(), shape, "assign") != out.shape()) {
+            detail::fail("dl::assign: cannot write an expression of shape ", shape, " into a tensor of shape ",
+                         out.shape());
+        }
+        bool alias = false;
+        detail::for_each_tensor(e, [&](const auto& t) { alias = alias || detail::reads_ahead_of_write(t, out); });
+        if (alias) {
+            Tensor<value_t<E>> tmp(shape, out.context());
+            detail::evaluate_into(tmp, e);
+            detail::evaluate_into(out, tmp);
+        } else {
+            detail::evaluate_into(out, e);
+        }
+    }
+}
+
+}  // namespace dl

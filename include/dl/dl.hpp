@@ -1,0 +1,20 @@
+#pragma once
+// dl: a header-only C++20 deep-learning library. This header is the public API: the CPU parts of
+// everything. CUDA, NCCL and MPI parts live behind their own headers and CMake options.
+#include "version.hpp"
+
+#include "core/allocator.hpp"
+#include "core/context.hpp"
+#include "core/creation.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/print.hpp"
+#include "core/shape.hpp"
+#include "core/tensor.hpp"
+#include "core/thread_pool.hpp"
+
+#include "expr/expression.hpp"
+#include "expr/operators.hpp"
+
+#include "device/cpu/elementwise.hpp"
+#include "device/cpu/reduce.hpp"

@@ -1,0 +1,190 @@
+#pragma once
+// Evaluators: how one element, or one SIMD batch, of an expression is computed. An evaluator tree
+// mirrors the expression tree, with every tensor operand's strides aligned to the output shape
+// (stride 0 where it broadcasts). Loops (device/) move the evaluator along rows: seek() to a row,
+// then get(j) / load(j) for elements j of it.
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+
+#include "expression.hpp"
+
+namespace dl::detail {
+
+/// Strides of `t` viewed as shape `out` (numpy broadcasting; the shapes were checked already).
+template <class T>
+[[nodiscard]] Strides broadcast_strides(const Tensor<T>& t, const Shape& out) {
+    Strides s = Dims::filled(out.size(), 0);
+    const int lead = out.size() - t.rank();
+    for (int i = 0; i < t.rank(); ++i) s[lead + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+    return s;
+}
+
+template <class T>
+struct leaf_eval {
+    using compute = compute_t<T>;
+    const T* base;
+    Strides strides;
+    const T* row = nullptr;
+    std::int64_t inner = 0;
+
+    template <class F>
+    void for_each_strides(F&& f) {
+        f(strides);
+    }
+    void seek(const std::int64_t* index, int outer) noexcept {
+        row = base;
+        for (int d = 0; d < outer; ++d) row += index[d] * strides[d];
+        inner = strides[outer];
+    }
+    DL_INLINE compute get(std::int64_t j) const noexcept { return static_cast<compute>(row[j * inner]); }
+#ifndef DL_NO_SIMD
+    /// Unit: every operand has inner stride 1 (else this one's is 0 or 1).
+    template <bool Unit>
+    DL_INLINE simd::batch<compute> load(std::int64_t j) const noexcept {
+        if constexpr (Unit)
+            return simd::load(row + j);
+        else
+            return inner ? simd::load(row + j) : simd::batch<compute>(static_cast<compute>(row[0]));
+    }
+    DL_INLINE simd::batch<compute> load_partial(std::int64_t j, std::int64_t n) const noexcept {
+        alignas(64) compute buf[simd::width<compute>] = {};
+        for (std::int64_t k = 0; k < n; ++k) buf[k] = static_cast<compute>(row[(j + k) * inner]);
+        return simd::batch<compute>::load_aligned(buf);
+    }
+#endif
+};
+
+template <class T>
+struct scalar_eval {
+    using compute = compute_t<T>;
+    compute value;
+
+    template <class F>
+    void for_each_strides(F&&) {}
+    void seek(const std::int64_t*, int) noexcept {}
+    DL_INLINE compute get(std::int64_t) const noexcept { return value; }
+#ifndef DL_NO_SIMD
+    template <bool>
+    DL_INLINE simd::batch<compute> load(std::int64_t) const noexcept {
+        return simd::batch<compute>(value);
+    }
+    DL_INLINE simd::batch<compute> load_partial(std::int64_t, std::int64_t) const noexcept {
+        return simd::batch<compute>(value);
+    }
+#endif
+};
+
+template <class Op, class Operand, class... Evals>
+struct node_eval {
+    static constexpr bool is_where = std::is_same_v<Op, ops::where>;
+    [[no_unique_address]] Op op;
+    std::tuple<Evals...> evals;
+
+    template <class F>
+    void for_each_strides(F&& f) {
+        std::apply([&](auto&... e) { (e.for_each_strides(f), ...); }, evals);
+    }
+    void seek(const std::int64_t* index, int outer) noexcept {
+        std::apply([&](auto&... e) { (e.seek(index, outer), ...); }, evals);
+    }
+    DL_INLINE auto get(std::int64_t j) const noexcept {
+        if constexpr (is_where) {
+            const auto& [c, a, b] = evals;
+            return op(static_cast<bool>(c.get(j)), static_cast<Operand>(a.get(j)), static_cast<Operand>(b.get(j)));
+        } else {
+            return std::apply([&](const auto&... e) { return op(static_cast<Operand>(e.get(j))...); }, evals);
+        }
+    }
+#ifndef DL_NO_SIMD
+    // Only instantiated when simd_lane<> says the whole tree vectorises: operands are batches (or
+    // masks, for where's condition) of Operand already.
+    template <bool Unit>
+    DL_INLINE auto load(std::int64_t j) const noexcept {
+        return std::apply([&](const auto&... e) { return op(e.template load<Unit>(j)...); }, evals);
+    }
+    DL_INLINE auto load_partial(std::int64_t j, std::int64_t n) const noexcept {
+        return std::apply([&](const auto&... e) { return op(e.load_partial(j, n)...); }, evals);
+    }
+#endif
+};
+
+// --- building an evaluator tree for a given output shape ---
+
+template <class T>
+[[nodiscard]] leaf_eval<T> make_eval(const Tensor<T>& t, const Shape& out) {
+    return {t.data(), broadcast_strides(t, out)};
+}
+template <class T>
+[[nodiscard]] scalar_eval<T> make_eval(const scalar_node<T>& s, const Shape&) {
+    return {static_cast<compute_t<T>>(s.value)};
+}
+template <class Op, class... E>
+[[nodiscard]] auto make_eval(const fn_node<Op, E...>& n, const Shape& out) {
+    using operand = typename fn_node<Op, E...>::operand_type;
+    return std::apply(
+        [&](const auto&... e) {
+            return node_eval<Op, operand, decltype(make_eval(e, out))...>{n.op, {make_eval(e, out)...}};
+        },
+        n.operands);
+}
+
+// --- can the whole tree run on SIMD batches? ---
+
+/// simd_lane<Eval>::type: the lane type of the batches the evaluator yields (void: no SIMD path);
+/// mask: whether they are comparison masks rather than values.
+template <class Eval>
+struct simd_lane {
+    using type = void;
+    static constexpr bool mask = false;
+};
+template <class T>
+struct simd_lane<leaf_eval<T>> {
+    using type = std::conditional_t<simd::has_batch<compute_t<T>>, compute_t<T>, void>;
+    static constexpr bool mask = false;
+};
+template <class T>
+struct simd_lane<scalar_eval<T>> : simd_lane<leaf_eval<T>> {};
+
+template <class Op, class Operand, class... Evals>
+struct simd_lane<node_eval<Op, Operand, Evals...>> {
+    template <class Eval>
+    static constexpr bool value_of_lane = std::is_same_v<typename simd_lane<Eval>::type, Operand> &&
+                                          !simd_lane<Eval>::mask;
+    static constexpr bool ok = [] {
+        if constexpr (!Op::vectorized || !simd::has_batch<Operand>) {
+            return false;
+        } else if constexpr (std::is_same_v<Op, ops::where>) {
+            using C = std::tuple_element_t<0, std::tuple<Evals...>>;
+            using A = std::tuple_element_t<1, std::tuple<Evals...>>;
+            using B = std::tuple_element_t<2, std::tuple<Evals...>>;
+            return std::is_same_v<typename simd_lane<C>::type, Operand> && simd_lane<C>::mask &&
+                   value_of_lane<A> && value_of_lane<B>;
+        } else {
+            return (value_of_lane<Evals> && ...);
+        }
+    }();
+    using type = std::conditional_t<ok, Operand, void>;
+    static constexpr bool mask = Op::rule == ops::result_rule::boolean;
+};
+
+/// The evaluator can fill a tensor of T with SIMD stores.
+template <class Eval, class T>
+inline constexpr bool vectorizes_into = std::is_same_v<typename simd_lane<Eval>::type, T> &&
+                                        !simd_lane<Eval>::mask && std::is_same_v<compute_t<T>, T>;
+
+// --- visiting the tensor operands of an expression ---
+
+template <class T, class F>
+void for_each_tensor(const Tensor<T>& t, F&& f) {
+    f(t);
+}
+template <class T, class F>
+void for_each_tensor(const scalar_node<T>&, F&&) {}
+template <class Op, class... E, class F>
+void for_each_tensor(const fn_node<Op, E...>& n, F&& f) {
+    std::apply([&](const auto&... e) { (for_each_tensor(e, f), ...); }, n.operands);
+}
+
+}  // namespace dl::detail

@@ -1,0 +1,148 @@
+#pragma once
+// The one place that touches xsimd. Everything else writes math once, as templates over `V`, which is
+// either a scalar (float, double) or a batch of them: the same operations in the same order, so a value
+// computed in a SIMD lane equals the value computed by the scalar path, bit for bit.
+// Define DL_NO_SIMD to build without xsimd batches (the scalar path then runs everywhere).
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#ifndef DL_NO_SIMD
+#include <xsimd/xsimd.hpp>
+#endif
+
+#include "../core/error.hpp"
+
+namespace dl::simd {
+
+#ifndef DL_NO_SIMD
+template <class T>
+using batch = xsimd::batch<T>;
+/// Compute types with a SIMD path.
+template <class T>
+inline constexpr bool has_batch = std::is_same_v<T, float> || std::is_same_v<T, double>;
+template <class T>
+inline constexpr int width = has_batch<T> ? static_cast<int>(xsimd::batch<T>::size) : 1;
+
+template <class V>
+inline constexpr bool is_batch = false;
+template <class T, class A>
+inline constexpr bool is_batch<xsimd::batch<T, A>> = true;
+
+template <class T>
+DL_INLINE batch<T> load(const T* p) noexcept {
+    return batch<T>::load_unaligned(p);
+}
+template <class T>
+DL_INLINE void store(T* p, const batch<T>& v) noexcept {
+    v.store_unaligned(p);
+}
+/// Store that bypasses the cache (no read-for-ownership of the destination line); `p` 32-byte aligned.
+template <class T>
+DL_INLINE void stream(T* p, const batch<T>& v) noexcept {
+#if defined(__AVX__)
+    if constexpr (std::is_same_v<T, float> && sizeof(batch<T>) == 32)
+        return _mm256_stream_ps(p, v);
+    else if constexpr (std::is_same_v<T, double> && sizeof(batch<T>) == 32)
+        return _mm256_stream_pd(p, v);
+#endif
+    v.store_unaligned(p);
+}
+inline void stream_fence() noexcept {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+#else
+template <class T>
+inline constexpr bool has_batch = false;
+template <class T>
+inline constexpr int width = 1;
+template <class V>
+inline constexpr bool is_batch = false;
+#endif
+
+/// Scalar element type of V.
+template <class V>
+struct scalar_of {
+    using type = V;
+};
+#ifndef DL_NO_SIMD
+template <class T, class A>
+struct scalar_of<xsimd::batch<T, A>> {
+    using type = T;
+};
+#endif
+template <class V>
+using scalar_t = typename scalar_of<V>::type;
+
+// --- operations with one meaning for scalars and batches ---
+
+template <class V>
+DL_INLINE V fma(const V& a, const V& b, const V& c) noexcept {
+    if constexpr (is_batch<V>)
+        return xsimd::fma(a, b, c);
+    else
+        return std::fma(a, b, c);
+}
+/// cond ? a : b, lane by lane.
+template <class M, class V>
+DL_INLINE V select(const M& cond, const V& a, const V& b) noexcept {
+    if constexpr (is_batch<V>)
+        return xsimd::select(cond, a, b);
+    else
+        return cond ? a : b;
+}
+/// b < a ? b : a — NaN in `a` propagates, NaN in `b` does not (clamp bounds come second).
+template <class V>
+DL_INLINE V min(const V& a, const V& b) noexcept {
+    return select(b < a, b, a);
+}
+template <class V>
+DL_INLINE V max(const V& a, const V& b) noexcept {
+    return select(a < b, b, a);
+}
+template <class V>
+DL_INLINE V abs(const V& x) noexcept {
+    if constexpr (is_batch<V>)
+        return xsimd::abs(x);
+    else
+        return std::fabs(x);
+}
+/// Round to nearest, ties to even (the current rounding mode, which dl never changes).
+template <class V>
+DL_INLINE V round_even(const V& x) noexcept {
+    if constexpr (is_batch<V>)
+        return xsimd::nearbyint(x);
+    else
+        return std::nearbyint(x);
+}
+template <class V>
+DL_INLINE auto is_nan(const V& x) noexcept {
+    return x != x;
+}
+/// Sign bit of `sign` on the magnitude of `mag`.
+template <class V>
+DL_INLINE V copysign(const V& mag, const V& sign) noexcept {
+    if constexpr (is_batch<V>)
+        return xsimd::copysign(mag, sign);
+    else
+        return std::copysign(mag, sign);
+}
+
+/// 2^n for float n holding an integer in [-126, 127], built from the exponent bits.
+template <class V>
+DL_INLINE V pow2i(const V& n) noexcept {
+    using T = scalar_t<V>;
+    static_assert(std::is_same_v<T, float>, "dl::simd::pow2i: float only");
+    if constexpr (is_batch<V>) {
+        const auto bits = (xsimd::batch_cast<std::int32_t>(n) + 127) << 23;
+        return xsimd::bitwise_cast<V>(bits);
+    } else {
+        return std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+    }
+}
+
+}  // namespace dl::simd

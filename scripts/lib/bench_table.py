@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Turn Google Benchmark JSON output into a markdown table, and keep BENCHMARKS.md current.
+
+  bench_table.py RESULT.json                      print the table
+  bench_table.py --update BENCHMARKS.md --name N --command CMD RESULT.json
+                                                  replace the text between
+                                                  <!-- bench:N:begin --> and <!-- bench:N:end -->
+                                                  (appended when absent); the rest is kept as is.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import sys
+
+# Fields of a benchmark entry that are not user counters.
+STANDARD = {
+    "name", "family_index", "per_family_instance_index", "run_name", "run_type", "repetitions",
+    "repetition_index", "threads", "iterations", "real_time", "cpu_time", "time_unit",
+    "aggregate_name", "aggregate_unit", "error_occurred", "error_message", "label",
+    "big_o", "rms", "complexity_n",
+}
+RATE_ORDER = ["bytes_per_second", "items_per_second"]
+HEADINGS = {"bytes_per_second": "bytes/s", "items_per_second": "items/s"}
+
+
+def si(value, binary=False):
+    step, units = (1024.0, ["", "Ki", "Mi", "Gi", "Ti", "Pi"]) if binary else \
+        (1000.0, ["", "k", "M", "G", "T", "P"])
+    for unit in units:
+        if abs(value) < step or unit == units[-1]:
+            return f"{value:.3g}{unit}"
+        value /= step
+
+
+def fmt_counter(key, value):
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if key == "bytes_per_second":
+        return si(value, binary=True) + "B/s"
+    if key == "items_per_second":
+        return si(value) + "/s"
+    return f"{value:.4g}" if abs(value) < 1e6 else si(value)
+
+
+def table(data):
+    rows = data.get("benchmarks", [])
+    # With repetitions, the aggregates (mean, median, stddev) are the numbers worth keeping.
+    if any(r.get("run_type") == "aggregate" for r in rows):
+        rows = [r for r in rows if r.get("run_type") == "aggregate"]
+    counters = []
+    for r in rows:
+        for k in r:
+            if k not in STANDARD and k not in counters:
+                counters.append(k)
+    counters.sort(key=lambda k: RATE_ORDER.index(k) if k in RATE_ORDER else len(RATE_ORDER))
+
+    head = ["benchmark", "real time", "cpu time"] + [HEADINGS.get(k, k) for k in counters]
+    lines = ["| " + " | ".join(head) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for r in rows:
+        name = r["name"].replace("|", "\\|")
+        if r.get("error_occurred"):
+            cells = [f"error: {r.get('error_message', '')}"] + [""] * (len(head) - 2)
+        else:
+            unit = r.get("time_unit", "ns")
+            if r.get("aggregate_unit") == "percentage":  # e.g. the cv aggregate
+                cells = [f"{r['real_time'] * 100:.2f}%", f"{r['cpu_time'] * 100:.2f}%"]
+            else:
+                cells = [f"{r['real_time']:.4g} {unit}", f"{r['cpu_time']:.4g} {unit}"]
+            cells += [fmt_counter(k, r[k]) if k in r else "" for k in counters]
+        lines.append("| " + " | ".join([f"`{name}`"] + cells) + " |")
+    return "\n".join(lines)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def section(name, command, data):
+    ctx = data.get("context", {})
+    when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return "\n".join([
+        f"<!-- bench:{name}:begin -->",
+        f"### {name}",
+        "",
+        f"- date: {when}",
+        f"- command: `{command}`",
+        f"- CPU: {cpu_model()} ({ctx.get('num_cpus', '?')} logical CPUs)",
+        "",
+        table(data),
+        f"<!-- bench:{name}:end -->",
+    ])
+
+
+def update(path, name, new):
+    text = open(path).read() if os.path.exists(path) else \
+        "# Benchmarks\n\nSections between `bench:` markers are rewritten by `scripts/bench`.\n"
+    begin, end = f"<!-- bench:{name}:begin -->", f"<!-- bench:{name}:end -->"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: new, text, count=1)
+    elif begin in text or end in text:
+        sys.exit(f"{path}: unbalanced markers for {name}; fix by hand")
+    else:
+        text = text.rstrip("\n") + "\n\n" + new + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("json")
+    ap.add_argument("--update", metavar="MARKDOWN")
+    ap.add_argument("--name")
+    ap.add_argument("--command", default="")
+    args = ap.parse_args()
+    with open(args.json) as f:
+        data = json.load(f)
+    if not args.update:
+        print(table(data))
+        return
+    if not args.name:
+        ap.error("--update needs --name")
+    update(args.update, args.name, section(args.name, args.command, data))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+# Shared by scripts/test, scripts/run-example and scripts/bench. Source after `cd` to the repo root.
+# shellcheck shell=bash
+source scripts/lib/install-deps.sh
+
+# shellcheck disable=SC2034 # used by the scripts that source this file
+DL_BASE_PACKAGES=(cmake g++ make libxsimd-dev doctest-dev libbenchmark-dev nlohmann-json3-dev
+  ccache libeigen3-dev)
+JOBS=${JOBS:-2}
+BUILD_DIR=${BUILD_DIR:-build}
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+# Every script configures the Release tree with the same options, so sharing BUILD_DIR
+# between them never triggers a reconfigure of everything.
+dl_configure_release() {
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+    -DDL_BUILD_TESTS=ON -DDL_BUILD_BENCH=ON -DDL_BUILD_EXAMPLES=ON
+}
