@@ -6,6 +6,9 @@
                                                   replace the text between
                                                   <!-- bench:N:begin --> and <!-- bench:N:end -->
                                                   (appended when absent); the rest is kept as is.
+  --ratio-to B (repeatable) adds a column "÷ B": each row's bytes/s (or items/s) divided by that
+  of benchmark B with the same arguments (e.g. chain_fused/2 ÷ triad/2), both from this one run.
+  bench_table.py --update BENCHMARKS.md --name N --text FILE   sets section N to FILE's markdown.
 """
 import argparse
 import datetime
@@ -44,7 +47,19 @@ def fmt_counter(key, value):
     return f"{value:.4g}" if abs(value) < 1e6 else si(value)
 
 
-def table(data):
+def rate(row):
+    for key in RATE_ORDER:
+        if key in row:
+            return row[key]
+    return None
+
+
+def family_and_args(name):
+    family, _, args = name.partition("/")
+    return family, args
+
+
+def table(data, ratio_to=()):
     rows = data.get("benchmarks", [])
     # With repetitions, the aggregates (mean, median, stddev) are the numbers worth keeping.
     if any(r.get("run_type") == "aggregate" for r in rows):
@@ -56,7 +71,9 @@ def table(data):
                 counters.append(k)
     counters.sort(key=lambda k: RATE_ORDER.index(k) if k in RATE_ORDER else len(RATE_ORDER))
 
-    head = ["benchmark", "real time", "cpu time"] + [HEADINGS.get(k, k) for k in counters]
+    by_name = {family_and_args(r["name"]): r for r in rows}
+    head = ["benchmark", "real time", "cpu time"] + [HEADINGS.get(k, k) for k in counters] + \
+        [f"÷ {b}" for b in ratio_to]
     lines = ["| " + " | ".join(head) + " |",
              "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in rows:
@@ -70,6 +87,10 @@ def table(data):
             else:
                 cells = [f"{r['real_time']:.4g} {unit}", f"{r['cpu_time']:.4g} {unit}"]
             cells += [fmt_counter(k, r[k]) if k in r else "" for k in counters]
+            for b in ratio_to:
+                base = by_name.get((b, family_and_args(r["name"])[1]))
+                ok = base is not None and rate(base) and rate(r) is not None
+                cells.append(f"{rate(r) / rate(base):.2f}×" if ok else "")
         lines.append("| " + " | ".join([f"`{name}`"] + cells) + " |")
     return "\n".join(lines)
 
@@ -85,7 +106,7 @@ def cpu_model():
     return "unknown"
 
 
-def section(name, command, data):
+def section(name, command, data, ratio_to=()):
     ctx = data.get("context", {})
     when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     return "\n".join([
@@ -96,7 +117,7 @@ def section(name, command, data):
         f"- command: `{command}`",
         f"- CPU: {cpu_model()} ({ctx.get('num_cpus', '?')} logical CPUs)",
         "",
-        table(data),
+        table(data, ratio_to),
         f"<!-- bench:{name}:end -->",
     ])
 
@@ -120,19 +141,31 @@ def update(path, name, new):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("json")
+    ap.add_argument("json", nargs="?")
     ap.add_argument("--update", metavar="MARKDOWN")
     ap.add_argument("--name")
     ap.add_argument("--command", default="")
+    ap.add_argument("--ratio-to", action="append", default=[])
+    ap.add_argument("--text", metavar="FILE")
     args = ap.parse_args()
+    if args.text:
+        if not (args.update and args.name):
+            ap.error("--text needs --update and --name")
+        with open(args.text) as f:
+            body = f.read().strip("\n")
+        update(args.update, args.name,
+               f"<!-- bench:{args.name}:begin -->\n{body}\n<!-- bench:{args.name}:end -->")
+        return
+    if not args.json:
+        ap.error("a RESULT.json is needed")
     with open(args.json) as f:
         data = json.load(f)
     if not args.update:
-        print(table(data))
+        print(table(data, args.ratio_to))
         return
     if not args.name:
         ap.error("--update needs --name")
-    update(args.update, args.name, section(args.name, args.command, data))
+    update(args.update, args.name, section(args.name, args.command, data, args.ratio_to))
 
 
 if __name__ == "__main__":

@@ -37,8 +37,12 @@ template <class... Parts>
 #define DL_HOST_DEVICE
 #endif
 
+// Forces inlining of the small functions a fused loop is made of (functors, evaluators, SIMD math):
+// one missed inline there costs a call per element.
 #if defined(__GNUC__)
 #define DL_INLINE inline __attribute__((always_inline))
+#define DL_INLINE_LAMBDA __attribute__((always_inline))
 #else
 #define DL_INLINE inline
+#define DL_INLINE_LAMBDA
 #endif

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "expression.hpp"
 
@@ -89,23 +90,38 @@ struct node_eval {
     void seek(const std::int64_t* index, int outer) noexcept {
         std::apply([&](auto&... e) { (e.seek(index, outer), ...); }, evals);
     }
-    DL_INLINE auto get(std::int64_t j) const noexcept {
-        if constexpr (is_where) {
-            const auto& [c, a, b] = evals;
-            return op(static_cast<bool>(c.get(j)), static_cast<Operand>(a.get(j)), static_cast<Operand>(b.get(j)));
-        } else {
-            return std::apply([&](const auto&... e) { return op(static_cast<Operand>(e.get(j))...); }, evals);
-        }
-    }
+    DL_INLINE auto get(std::int64_t j) const noexcept { return get(j, std::index_sequence_for<Evals...>{}); }
 #ifndef DL_NO_SIMD
     // Only instantiated when simd_lane<> says the whole tree vectorises: operands are batches (or
     // masks, for where's condition) of Operand already.
     template <bool Unit>
     DL_INLINE auto load(std::int64_t j) const noexcept {
-        return std::apply([&](const auto&... e) { return op(e.template load<Unit>(j)...); }, evals);
+        return load<Unit>(j, std::index_sequence_for<Evals...>{});
     }
     DL_INLINE auto load_partial(std::int64_t j, std::int64_t n) const noexcept {
-        return std::apply([&](const auto&... e) { return op(e.load_partial(j, n)...); }, evals);
+        return load_partial(j, n, std::index_sequence_for<Evals...>{});
+    }
+#endif
+
+private:
+    // Index sequences rather than std::apply and lambdas: GCC does not always inline those, and a call
+    // per element or batch costs more than the math.
+    template <std::size_t... I>
+    DL_INLINE auto get(std::int64_t j, std::index_sequence<I...>) const noexcept {
+        if constexpr (is_where)
+            return op(static_cast<bool>(std::get<0>(evals).get(j)), static_cast<Operand>(std::get<1>(evals).get(j)),
+                      static_cast<Operand>(std::get<2>(evals).get(j)));
+        else
+            return op(static_cast<Operand>(std::get<I>(evals).get(j))...);
+    }
+#ifndef DL_NO_SIMD
+    template <bool Unit, std::size_t... I>
+    DL_INLINE auto load(std::int64_t j, std::index_sequence<I...>) const noexcept {
+        return op(std::get<I>(evals).template load<Unit>(j)...);
+    }
+    template <std::size_t... I>
+    DL_INLINE auto load_partial(std::int64_t j, std::int64_t n, std::index_sequence<I...>) const noexcept {
+        return op(std::get<I>(evals).load_partial(j, n)...);
     }
 #endif
 };

@@ -68,7 +68,7 @@ DL_UNARY(sigmoid, "sigmoid", floating, 12, true, math::sigmoid(x));
 DL_UNARY(silu, "silu", floating, 13, true, V(x * math::sigmoid(x)));
 /// log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow for large x, no cancellation for small.
 DL_UNARY(softplus, "softplus", floating, 22, true,
-         V(simd::max(x, V(0)) + math::log1p(math::exp(-simd::abs(x)))));
+         V(simd::max(V(0), x) + math::log1p(math::exp(-simd::abs(x)))));
 /// gelu, tanh approximation: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 DL_UNARY(gelu, "gelu", floating, 16, true,
          V(V(0.5) * x *
@@ -76,28 +76,28 @@ DL_UNARY(gelu, "gelu", floating, 16, true,
 /// gelu, exact form: x/2 (1 + erf(x / sqrt(2))).
 DL_UNARY(gelu_erf, "gelu_erf", floating, 16, true,
          V(V(0.5) * x * (V(1) + math::erf(x * V(0.7071067811865476)))));
-DL_UNARY(floor, "floor", same, 2, true, [&] {
+DL_UNARY(floor, "floor", same, 2, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (detail::integral<V>) return x; else return math::floor(x);
 }());
-DL_UNARY(ceil, "ceil", same, 2, true, [&] {
+DL_UNARY(ceil, "ceil", same, 2, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (detail::integral<V>) return x; else return math::ceil(x);
 }());
 /// Half away from zero (std::round), not numpy's half to even.
-DL_UNARY(round, "round", same, 2, true, [&] {
+DL_UNARY(round, "round", same, 2, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (detail::integral<V>) return x; else return math::round(x);
 }());
-DL_UNARY(abs, "abs", same, 1, true, [&] {
+DL_UNARY(abs, "abs", same, 1, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (detail::integral<V>) return x < 0 ? V(-x) : x; else return simd::abs(x);
 }());
 /// max(x, 0); NaN stays NaN.
-DL_UNARY(relu, "relu", same, 1, true, simd::max(x, V(0)));
+DL_UNARY(relu, "relu", same, 1, true, simd::max(V(0), x));
 /// -1, 0 or 1 (NaN stays NaN, -0 stays -0).
-DL_UNARY(sign, "sign", same, 2, true, [&] {
+DL_UNARY(sign, "sign", same, 2, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (std::is_same_v<V, bool>) return x;
     else return simd::select(x > V(0), V(1), simd::select(x < V(0), V(-1), x));
 }());
 DL_UNARY(isnan, "isnan", boolean, 1, true, simd::is_nan(x));
-DL_UNARY(isfinite, "isfinite", boolean, 1, true, [&] {
+DL_UNARY(isfinite, "isfinite", boolean, 1, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (detail::integral<V>) return true; else return x - x == V(0);
 }());
 DL_UNARY(logical_not, "logical_not", boolean, 1, false, !static_cast<bool>(x));
@@ -127,7 +127,7 @@ DL_BINARY(sub, "sub", same, 1, true, V(a - b));
 DL_BINARY(mul, "mul", same, 1, true, V(a * b));
 /// Integer division truncates; division by zero gives 0 (as numpy, without the warning) instead of a
 /// crash, and INT_MIN / -1 wraps.
-DL_BINARY(div, "div", same, 4, true, [&] {
+DL_BINARY(div, "div", same, 4, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (std::is_same_v<V, bool>)
         return a;
     else if constexpr (detail::integral<V>)
@@ -138,13 +138,13 @@ DL_BINARY(div, "div", same, 4, true, [&] {
 DL_BINARY(pow, "pow", floating, 20, true, math::pow(a, b));
 DL_BINARY(atan2, "atan2", floating, 20, true, math::atan2(a, b));
 /// Elementwise minimum; NaN in either operand gives NaN.
-DL_BINARY(minimum, "minimum", same, 1, true, [&] {
+DL_BINARY(minimum, "minimum", same, 1, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (detail::integral<V>) return a < b ? a : b;
-    else return simd::select(simd::is_nan(b), b, simd::min(a, b));
+    else return simd::select(simd::is_nan(a), a, simd::min(a, b));
 }());
-DL_BINARY(maximum, "maximum", same, 1, true, [&] {
+DL_BINARY(maximum, "maximum", same, 1, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (detail::integral<V>) return a < b ? b : a;
-    else return simd::select(simd::is_nan(b), b, simd::max(a, b));
+    else return simd::select(simd::is_nan(a), a, simd::max(a, b));
 }());
 DL_BINARY(equal, "eq", boolean, 1, true, a == b);
 DL_BINARY(not_equal, "ne", boolean, 1, true, a != b);
@@ -170,7 +170,7 @@ struct clamp {
     DL_OP_TRAITS("clamp", same, 2, true);
     template <class V>
     DL_HOST_DEVICE DL_INLINE V operator()(const V& x, const V& lo, const V& hi) const {
-        return simd::min(simd::max(x, lo), hi);
+        return simd::min(hi, simd::max(lo, x));
     }
 };
 

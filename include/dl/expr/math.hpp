@@ -11,11 +11,11 @@ namespace dl::math {
 
 namespace detail {
 template <class M>
-DL_INLINE bool any(const M& mask) noexcept {
+DL_INLINE bool all(const M& mask) noexcept {
     if constexpr (std::is_same_v<M, bool>)
         return mask;
     else
-        return xsimd::any(mask);
+        return xsimd::all(mask);
 }
 template <class V>
 inline constexpr bool is_float = std::is_same_v<simd::scalar_t<V>, float>;
@@ -27,39 +27,95 @@ inline constexpr bool is_float = std::is_same_v<simd::scalar_t<V>, float>;
     else                                    \
         return std::name(x)
 
-/// e^x for float: Cody-Waite reduction x = n ln2 + r, a degree-7 polynomial for e^r on |r| <= ln2/2
-/// (Cephes coefficients), then 2^n added to the exponent bits. Results that are subnormal or
-/// overflow, and NaN, take a slower scaling in two steps. ≤ 1 ulp.
+namespace detail {
+/// e^r - 1 for |r| <= ln2/2: r + r^2 P(r), P of degree 5 (Cephes expf coefficients).
+template <class V>
+DL_INLINE V expm1_poly(const V& r) noexcept {
+    V p = V(1.9875691500e-4f);
+    p = simd::fma(p, r, V(1.3981999507e-3f));
+    p = simd::fma(p, r, V(8.3334519073e-3f));
+    p = simd::fma(p, r, V(4.1665795894e-2f));
+    p = simd::fma(p, r, V(1.6666665459e-1f));
+    p = simd::fma(p, r, V(5.0000001201e-1f));
+    return simd::fma(p, r * r, r);
+}
+
+/// Splits x = n ln2 + r (Cody-Waite two-part ln2, so r is exact to float precision) and returns
+/// 2^n as a float. Adding 1.5 * 2^23 + 127 rounds x log2(e) to an integer n held in the low mantissa
+/// bits, biased by 127: shifting those bits into the exponent field makes 2^n. Valid while n stays
+/// in [-126, 127].
+template <class V>
+DL_INLINE V reduce_ln2(const V& x, V& r) noexcept {
+    constexpr float shifter = 0x1.8p23f + 127.0f;
+    const V k = simd::fma(x, V(1.44269504088896341f), V(shifter));
+    const V n = k - V(shifter);
+    r = simd::fma(n, V(-0.693359375f), x);
+    r = simd::fma(n, V(2.12194440e-4f), r);
+    return simd::float_from_bits(simd::bits_of(k) << 23);
+}
+
+/// e^x for float, ≤ 1 ulp. While every |x| <= 87.3 the result is a normal float and 2^n a single
+/// multiply; otherwise x is clamped to [-104, 89] and 2^n applied in two steps, which reaches the
+/// subnormal results and overflows to inf; NaN stays NaN.
+template <class V>
+DL_INLINE V exp_float(const V& x) noexcept {
+    V r;
+    const V scale = reduce_ln2(x, r);
+    if (all(simd::abs(x) <= V(87.3f))) return simd::fma(expm1_poly(r), scale, scale);
+    const V xc = simd::min(V(89.0f), simd::max(V(-104.0f), x));
+    const V n = simd::round_even(xc * V(1.44269504088896341f));
+    V rc = simd::fma(n, V(-0.693359375f), xc);
+    rc = simd::fma(n, V(2.12194440e-4f), rc);
+    const V n1 = simd::round_even(n * V(0.5f)), n2 = n - n1;
+    const V y = expm1_poly(rc) + V(1.0f);
+    return simd::select(simd::is_nan(x), x, y * simd::pow2i(n1) * simd::pow2i(n2));
+}
+
+/// 2^x for float: the same kernel on x ln2 split exactly (x - n is exact); own, because xsimd 8's
+/// exp2 overflows to inf for x just below 128.
+template <class V>
+DL_INLINE V exp2_float(const V& x) noexcept {
+    const V n = simd::round_even(x);
+    const V r = (x - n) * V(0.693147180559945309f);
+    if (all(simd::abs(x) <= V(125.0f))) return (expm1_poly(r) + V(1.0f)) * simd::pow2i(n);
+    const V xc = simd::min(V(129.0f), simd::max(V(-151.0f), x));
+    const V nc = simd::round_even(xc);
+    const V n1 = simd::round_even(nc * V(0.5f)), n2 = nc - n1;
+    const V rc = (xc - nc) * V(0.693147180559945309f);
+    const V y = (expm1_poly(rc) + V(1.0f)) * simd::pow2i(n1) * simd::pow2i(n2);
+    return simd::select(simd::is_nan(x), x, y);
+}
+}  // namespace detail
+
+/// e^x; float: own kernel, double: xsimd / <cmath>.
 template <class V>
 DL_INLINE V exp(const V& x) noexcept {
     if constexpr (!detail::is_float<V>) {
         DL_MATH_FALLBACK(exp, V, x);
     } else {
-        const V n = simd::round_even(x * V(1.44269504088896341f));
-        V r = simd::fma(n, V(-0.693359375f), x);
-        r = simd::fma(n, V(2.12194440e-4f), r);
-        V p = V(1.9875691500e-4f);
-        p = simd::fma(p, r, V(1.3981999507e-3f));
-        p = simd::fma(p, r, V(8.3334519073e-3f));
-        p = simd::fma(p, r, V(4.1665795894e-2f));
-        p = simd::fma(p, r, V(1.6666665459e-1f));
-        p = simd::fma(p, r, V(5.0000001201e-1f));
-        const V y = simd::fma(p, r * r, r) + V(1.0f);
-        // |x| <= 87.3 keeps n in [-126, 126]: e^x is a normal float and 2^n a normal scale.
-        if (!detail::any(!(simd::abs(x) <= V(87.3f)))) return y * simd::pow2i(n);
-        const V xc = simd::min(simd::max(x, V(-104.0f)), V(89.0f));  // NaN stays NaN
-        const V nc = simd::round_even(xc * V(1.44269504088896341f));
-        const V n1 = simd::round_even(nc * V(0.5f)), n2 = nc - n1;
-        V rc = simd::fma(nc, V(-0.693359375f), xc);
-        rc = simd::fma(nc, V(2.12194440e-4f), rc);
-        V pc = V(1.9875691500e-4f);
-        pc = simd::fma(pc, rc, V(1.3981999507e-3f));
-        pc = simd::fma(pc, rc, V(8.3334519073e-3f));
-        pc = simd::fma(pc, rc, V(4.1665795894e-2f));
-        pc = simd::fma(pc, rc, V(1.6666665459e-1f));
-        pc = simd::fma(pc, rc, V(5.0000001201e-1f));
-        const V yc = simd::fma(pc, rc * rc, rc) + V(1.0f);
-        return simd::select(simd::is_nan(x), x, yc * simd::pow2i(n1) * simd::pow2i(n2));
+        return detail::exp_float(x);
+    }
+}
+
+template <class V>
+DL_INLINE V exp2(const V& x) noexcept {
+    if constexpr (!detail::is_float<V>) {
+        DL_MATH_FALLBACK(exp2, V, x);
+    } else {
+        return detail::exp2_float(x);
+    }
+}
+
+/// e^x - 1; float above 80 goes through exp (xsimd 8's expm1 overflows early), where the -1 is lost
+/// to rounding anyway.
+template <class V>
+DL_INLINE V expm1(const V& x) noexcept {
+    if constexpr (!detail::is_float<V>) {
+        DL_MATH_FALLBACK(expm1, V, x);
+    } else if constexpr (simd::is_batch<V>) {
+        return simd::select(x > V(80.0f), math::exp(x), xsimd::expm1(x));
+    } else {
+        return x > 80.0f ? math::exp(x) : std::expm1(x);
     }
 }
 
@@ -71,36 +127,28 @@ DL_INLINE V sigmoid(const V& x) noexcept {
     return simd::select(x >= V(0), s, e * s);
 }
 
-/// tanh: an odd polynomial below 0.625 (Cephes tanhf), (1 - e^-2a) / (1 + e^-2a) above.
+/// tanh(x) = m / (m + 2) with m = e^(2|x|) - 1, sign restored. No cancellation near 0 (m ~ 2|x|, with
+/// relative accuracy) and no separate small-argument branch; |x| is capped at 9.1, where tanh rounds
+/// to 1, which keeps 2^n in range. ≤ 3 ulp.
 template <class V>
 DL_INLINE V tanh(const V& x) noexcept {
     if constexpr (!detail::is_float<V>) {
         DL_MATH_FALLBACK(tanh, V, x);
     } else {
-        const V a = simd::abs(x);
-        const V z = x * x;
-        V p = V(-5.70498872745e-3f);
-        p = simd::fma(p, z, V(2.06390887954e-2f));
-        p = simd::fma(p, z, V(-5.37397155531e-2f));
-        p = simd::fma(p, z, V(1.33314422036e-1f));
-        p = simd::fma(p, z, V(-3.33332819422e-1f));
-        const V small = simd::fma(p * z, x, x);
-        const V e = math::exp(V(-2.0f) * simd::min(a, V(9.0f)));  // tanh(9) rounds to 1
-        const V large = simd::copysign((V(1) - e) / (V(1) + e), x);
-        return simd::select(a < V(0.625f), small, large);
+        const V a = simd::min(V(9.1f), simd::abs(x));  // NaN stays NaN
+        V r;
+        const V scale = detail::reduce_ln2(a + a, r);
+        const V m = simd::fma(scale, detail::expm1_poly(r), scale - V(1.0f));
+        return simd::copysign(m / (m + V(2.0f)), x);
     }
 }
 
-template <class V>
-DL_INLINE V exp2(const V& x) noexcept { DL_MATH_FALLBACK(exp2, V, x); }
 template <class V>
 DL_INLINE V log(const V& x) noexcept { DL_MATH_FALLBACK(log, V, x); }
 template <class V>
 DL_INLINE V log2(const V& x) noexcept { DL_MATH_FALLBACK(log2, V, x); }
 template <class V>
 DL_INLINE V log1p(const V& x) noexcept { DL_MATH_FALLBACK(log1p, V, x); }
-template <class V>
-DL_INLINE V expm1(const V& x) noexcept { DL_MATH_FALLBACK(expm1, V, x); }
 template <class V>
 DL_INLINE V sin(const V& x) noexcept { DL_MATH_FALLBACK(sin, V, x); }
 template <class V>

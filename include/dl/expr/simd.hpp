@@ -95,14 +95,22 @@ DL_INLINE V select(const M& cond, const V& a, const V& b) noexcept {
     else
         return cond ? a : b;
 }
-/// b < a ? b : a — NaN in `a` propagates, NaN in `b` does not (clamp bounds come second).
+/// a < b ? a : b, which is what minps computes: NaN in either operand gives b. Put the operand whose
+/// NaN must propagate second.
 template <class V>
 DL_INLINE V min(const V& a, const V& b) noexcept {
-    return select(b < a, b, a);
+    if constexpr (is_batch<V>)
+        return xsimd::min(a, b);
+    else
+        return a < b ? a : b;
 }
+/// a > b ? a : b (maxps): NaN in either operand gives b.
 template <class V>
 DL_INLINE V max(const V& a, const V& b) noexcept {
-    return select(a < b, b, a);
+    if constexpr (is_batch<V>)
+        return xsimd::max(a, b);
+    else
+        return a > b ? a : b;
 }
 template <class V>
 DL_INLINE V abs(const V& x) noexcept {
@@ -132,17 +140,30 @@ DL_INLINE V copysign(const V& mag, const V& sign) noexcept {
         return std::copysign(mag, sign);
 }
 
+/// Float bits as int32 and back.
+template <class V>
+DL_INLINE auto bits_of(const V& x) noexcept {
+    if constexpr (is_batch<V>)
+        return xsimd::bitwise_cast<xsimd::batch<std::int32_t>>(x);
+    else
+        return std::bit_cast<std::int32_t>(x);
+}
+template <class I>
+DL_INLINE auto float_from_bits(const I& bits) noexcept {
+    if constexpr (std::is_same_v<I, std::int32_t>)
+        return std::bit_cast<float>(bits);
+    else
+        return xsimd::bitwise_cast<xsimd::batch<float>>(bits);
+}
+
 /// 2^n for float n holding an integer in [-126, 127], built from the exponent bits.
 template <class V>
 DL_INLINE V pow2i(const V& n) noexcept {
-    using T = scalar_t<V>;
-    static_assert(std::is_same_v<T, float>, "dl::simd::pow2i: float only");
-    if constexpr (is_batch<V>) {
-        const auto bits = (xsimd::batch_cast<std::int32_t>(n) + 127) << 23;
-        return xsimd::bitwise_cast<V>(bits);
-    } else {
+    static_assert(std::is_same_v<scalar_t<V>, float>, "dl::simd::pow2i: float only");
+    if constexpr (is_batch<V>)
+        return float_from_bits((xsimd::batch_cast<std::int32_t>(n) + 127) << 23);
+    else
         return std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
-    }
 }
 
 }  // namespace dl::simd
