@@ -1,6 +1,9 @@
 #pragma once
 // Context: everything a computation needs — allocator, random stream, executor, mode. There is no
 // global state; two Contexts never share anything unless the user hands them the same allocator.
+// A Context must outlive the tensors created with it (they run on its executor); their storage alone
+// keeps the allocator alive.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -55,7 +58,7 @@ public:
         random_offset_ = 0;
     }
     [[nodiscard]] std::uint64_t reserve_random(std::uint64_t count) noexcept {
-        return std::exchange(random_offset_, random_offset_ + count);
+        return random_offset_.fetch_add(count, std::memory_order_relaxed);
     }
 
     [[nodiscard]] bool training() const noexcept { return training_; }
@@ -71,7 +74,7 @@ private:
     void (*parallel_for_)(void*, std::int64_t, task_ref) = nullptr;
     int (*concurrency_)(void*) = nullptr;
     std::uint64_t seed_;
-    std::uint64_t random_offset_ = 0;
+    std::atomic<std::uint64_t> random_offset_{0};
     bool training_ = true;
     Device device_ = Device::cpu;
 };

@@ -131,10 +131,13 @@ Tensor<T> random_tensor(const Shape& shape, Context& ctx, Draw draw) {
 template <element T>
 [[nodiscard]] Tensor<T> uniform(const Shape& shape, double low = 0, double high = 1, Context& ctx = default_context()) {
     return detail::random_tensor<T>(shape, ctx, [=](std::uint64_t seed, std::uint64_t i) {
-        const T v = static_cast<T>(low + (high - low) * detail::uniform_at(seed, i));
-        if constexpr (std::is_floating_point_v<T>)  // rounding to T may reach `high`
-            if (v >= static_cast<T>(high) && high > low) return std::nextafter(static_cast<T>(high), static_cast<T>(low));
-        return v;
+        const double u = low + (high - low) * detail::uniform_at(seed, i);
+        if constexpr (std::is_floating_point_v<T>) {
+            const T v = static_cast<T>(u);  // rounding to T may reach `high`
+            return v >= static_cast<T>(high) && high > low ? std::nextafter(static_cast<T>(high), static_cast<T>(low)) : v;
+        } else {
+            return static_cast<T>(std::floor(u));  // integers: each of [low, high) equally likely
+        }
     });
 }
 /// Normal with the given mean and standard deviation.

@@ -41,7 +41,11 @@ void print_dim(std::ostream& out, const Tensor<T>& t, int dim, const T* p, bool 
     out << '[';
     for (std::int64_t i = 0; i < n; ++i) {
         if (summarise && n > 2 * print_edge && i == print_edge) {
-            out << (dim + 1 == t.rank() ? "..., " : "...,\n" + std::string(static_cast<std::size_t>(indent + 1), ' '));
+            if (dim + 1 == t.rank())
+                out << "..., ";
+            else
+                out << "...," << std::string(static_cast<std::size_t>(t.rank() - dim - 1), '\n')
+                    << std::string(static_cast<std::size_t>(indent + 1), ' ');
             i = n - print_edge - 1;
             continue;
         }

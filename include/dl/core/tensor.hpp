@@ -55,6 +55,8 @@ public:
     static Tensor borrow(T* data, const Shape& shape, const Strides& strides, Context& ctx = default_context()) {
         if (shape.size() != strides.size())
             detail::fail("dl::from_blob: shape ", shape, " and strides ", strides, " differ in rank");
+        for (auto e : shape)
+            if (e < 0) detail::fail("dl::from_blob: negative extent in shape ", shape);
         Tensor t;
         t.base_ = data;
         t.shape_ = shape;
@@ -103,7 +105,9 @@ public:
     [[nodiscard]] static constexpr DType dtype() noexcept { return dtype_of<T>; }
     [[nodiscard]] bool defined() const noexcept { return base_ != nullptr || storage_; }
     [[nodiscard]] bool owns_memory() const noexcept { return static_cast<bool>(storage_); }
-    [[nodiscard]] Context& context() const noexcept { return *ctx_; }
+    /// The Context the tensor was created with (the default one for a null tensor). It must outlive
+    /// the tensor, as an arena outlives what it hands out: tensors compute with its executor.
+    [[nodiscard]] Context& context() const { return ctx_ ? *ctx_ : default_context(); }
     [[nodiscard]] const Storage& storage() const noexcept { return storage_; }
     /// Address of element (0, ..., 0).
     [[nodiscard]] T* data() const noexcept { return base_ + offset_; }
@@ -198,9 +202,15 @@ public:
         }
         return v;
     }
-    /// Broadcasts to `shape` (numpy rules) with stride 0 along new or size-1 dimensions.
-    [[nodiscard]] Tensor expand(const Shape& shape) const {
+    /// Broadcasts to `shape` (numpy rules) with stride 0 along new or size-1 dimensions; -1 keeps an
+    /// existing extent, as in PyTorch.
+    [[nodiscard]] Tensor expand(Shape shape) const {
         if (shape.size() < rank()) detail::fail("dl::expand: cannot expand shape ", shape_, " to lower rank ", shape);
+        for (int i = 0; i < shape.size(); ++i) {
+            const int own = i - (shape.size() - rank());
+            if (shape[i] == -1 && own >= 0) shape[i] = shape_[own];
+            if (shape[i] < 0) detail::fail("dl::expand: negative extent in target shape ", shape, " for ", shape_);
+        }
         Tensor v = *this;
         v.shape_ = shape;
         v.strides_ = Dims::filled(shape.size(), 0);
@@ -273,7 +283,8 @@ public:
     [[nodiscard]] Tensor contiguous() const { return is_contiguous() ? *this : clone(); }
     /// A contiguous copy with its own storage.
     [[nodiscard]] Tensor clone() const {
-        Tensor out(shape_, *ctx_);
+        if (!defined()) return {};
+        Tensor out(shape_, context());
         out.copy_from(*this);
         return out;
     }
@@ -349,7 +360,7 @@ private:
     Shape shape_;
     Strides strides_;
     std::int64_t offset_ = 0;
-    Context* ctx_ = &default_context();
+    Context* ctx_ = nullptr;
 };
 
 /// A view of user memory; contiguous row-major when no strides are given.

@@ -176,6 +176,7 @@ void assign(Tensor<T>& out, E&& e) {
     if constexpr (!expression<E>) {
         static_assert(scalar<E> || std::is_same_v<std::remove_cvref_t<E>, bool>,
                       "dl: only a Tensor, an expression or a number can be assigned to a Tensor");
+        if (!out.defined()) detail::fail("dl::assign: cannot write a number into a null tensor (it has no shape)");
         detail::evaluate_into(out, scalar_node<T>{{}, static_cast<T>(e)});
     } else {
         const Shape shape = shape_of(e);
