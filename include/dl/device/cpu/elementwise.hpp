@@ -94,7 +94,13 @@ DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int
         if constexpr (Kind == row_kernel::simd_stream) {
             const auto misalign = reinterpret_cast<std::uintptr_t>(out + j) % sizeof(simd::batch<T>);
             if (misalign) partial(std::min<std::int64_t>(end - j, (sizeof(simd::batch<T>) - misalign) / sizeof(T)));
-            for (; j + W <= end; j += W) simd::stream(out + j, ev.template load<true>(j));
+            // Compute-heavy chains leave the out-of-order window too short to hide memory latency:
+            // ask for the inputs ~2 KiB ahead.
+            constexpr std::int64_t ahead = 2048 / sizeof(T);
+            for (; j + W <= end; j += W) {
+                ev.prefetch(j, ahead);
+                simd::stream(out + j, ev.template load<true>(j));
+            }
         } else {
             for (; j + W <= end; j += W) simd::store(out + j, ev.template load<unit>(j));
         }
@@ -105,8 +111,10 @@ DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int
 
 /// Evaluates elements [begin, end) of the flattened (coalesced) output.
 template <row_kernel Kind, class T, class Eval>
-void run_range(T* out, const Shape& shape, const Strides& out_strides, Eval ev, std::int64_t begin,
+void run_range(T* out, const Shape& shape, const Strides& out_strides, const Eval& shared, std::int64_t begin,
                std::int64_t end) {
+    // A local copy the compiler can keep in registers: stores through `out` cannot alias it.
+    Eval ev = shared;
     const int outer = shape.size() - 1;
     const std::int64_t inner = shape[outer];
     std::int64_t index[max_rank] = {};
