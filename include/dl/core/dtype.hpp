@@ -68,9 +68,14 @@ template <class A, class B>
 struct promote {
     using type = std::conditional_t<std::is_same_v<A, B>, A, std::common_type_t<A, B>>;
 };
-template <>
-struct promote<bool, bool> {
-    using type = bool;
+template <class B>
+struct promote<bool, B> {
+    using type = B;
+};
+template <class A>
+    requires(!std::is_same_v<A, bool>)
+struct promote<A, bool> {
+    using type = A;
 };
 }  // namespace detail
 

@@ -40,8 +40,6 @@ struct leaf_eval {
         inner = strides[outer];
     }
     DL_INLINE compute get(std::int64_t j) const noexcept { return static_cast<compute>(row[j * inner]); }
-    /// Asks for the cache line `ahead` elements past j (contiguous rows only).
-    DL_INLINE void prefetch(std::int64_t j, std::int64_t ahead) const noexcept { __builtin_prefetch(row + j + ahead); }
 #ifndef DL_NO_SIMD
     /// Unit: every operand has inner stride 1 (else this one's is 0 or 1).
     template <bool Unit>
@@ -68,7 +66,6 @@ struct scalar_eval {
     void for_each_strides(F&&) {}
     void seek(const std::int64_t*, int) noexcept {}
     DL_INLINE compute get(std::int64_t) const noexcept { return value; }
-    DL_INLINE void prefetch(std::int64_t, std::int64_t) const noexcept {}
 #ifndef DL_NO_SIMD
     template <bool>
     DL_INLINE simd::batch<compute> load(std::int64_t) const noexcept {
@@ -94,9 +91,6 @@ struct node_eval {
         std::apply([&](auto&... e) { (e.seek(index, outer), ...); }, evals);
     }
     DL_INLINE auto get(std::int64_t j) const noexcept { return get(j, std::index_sequence_for<Evals...>{}); }
-    DL_INLINE void prefetch(std::int64_t j, std::int64_t ahead) const noexcept {
-        prefetch(j, ahead, std::index_sequence_for<Evals...>{});
-    }
 #ifndef DL_NO_SIMD
     // Only instantiated when simd_lane<> says the whole tree vectorises: operands are batches (or
     // masks, for where's condition) of Operand already.
@@ -110,10 +104,6 @@ struct node_eval {
 #endif
 
 private:
-    template <std::size_t... I>
-    DL_INLINE void prefetch(std::int64_t j, std::int64_t ahead, std::index_sequence<I...>) const noexcept {
-        (std::get<I>(evals).prefetch(j, ahead), ...);
-    }
     // Index sequences rather than std::apply and lambdas: GCC does not always inline those, and a call
     // per element or batch costs more than the math.
     template <std::size_t... I>

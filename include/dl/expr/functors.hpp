@@ -87,7 +87,9 @@ DL_UNARY(round, "round", same, 2, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (detail::integral<V>) return x; else return math::round(x);
 }());
 DL_UNARY(abs, "abs", same, 1, true, [&]() DL_INLINE_LAMBDA {
-    if constexpr (detail::integral<V>) return x < 0 ? V(-x) : x; else return simd::abs(x);
+    if constexpr (std::is_unsigned_v<V> || std::is_same_v<V, bool>) return x;
+    else if constexpr (detail::integral<V>) return x < 0 ? V(-x) : x;
+    else return simd::abs(x);
 }());
 /// max(x, 0); NaN stays NaN.
 DL_UNARY(relu, "relu", same, 1, true, simd::max(V(0), x));
@@ -130,8 +132,10 @@ DL_BINARY(mul, "mul", same, 1, true, V(a * b));
 DL_BINARY(div, "div", same, 4, true, [&]() DL_INLINE_LAMBDA {
     if constexpr (std::is_same_v<V, bool>)
         return a;
+    else if constexpr (detail::integral<V> && std::is_signed_v<V>)
+        return b == 0 ? V(0) : b == -1 ? V(~static_cast<std::make_unsigned_t<V>>(a) + 1u) : V(a / b);
     else if constexpr (detail::integral<V>)
-        return b == 0 ? V(0) : b == V(-1) ? V(V(0) - a) : V(a / b);
+        return b == 0 ? V(0) : V(a / b);
     else
         return V(a / b);
 }());

@@ -1,7 +1,9 @@
 #pragma once
 // The one place that touches xsimd. Everything else writes math once, as templates over `V`, which is
-// either a scalar (float, double) or a batch of them: the same operations in the same order, so a value
-// computed in a SIMD lane equals the value computed by the scalar path, bit for bit.
+// either a scalar (float, double) or a batch of them: the same operations in the same order, so for dl's
+// own kernels (exp, exp2, sigmoid, tanh, arithmetic) a SIMD lane equals the scalar path bit for bit
+// when the target has FMA. Functions that fall back to xsimd (batches) and <cmath> (scalars) may
+// differ in the last bits between the contiguous and the strided path.
 // Define DL_NO_SIMD to build without xsimd batches (the scalar path then runs everywhere).
 #include <bit>
 #include <cmath>
@@ -38,22 +40,6 @@ DL_INLINE batch<T> load(const T* p) noexcept {
 template <class T>
 DL_INLINE void store(T* p, const batch<T>& v) noexcept {
     v.store_unaligned(p);
-}
-/// Store that bypasses the cache (no read-for-ownership of the destination line); `p` 32-byte aligned.
-template <class T>
-DL_INLINE void stream(T* p, const batch<T>& v) noexcept {
-#if defined(__AVX__)
-    if constexpr (std::is_same_v<T, float> && sizeof(batch<T>) == 32)
-        return _mm256_stream_ps(p, v);
-    else if constexpr (std::is_same_v<T, double> && sizeof(batch<T>) == 32)
-        return _mm256_stream_pd(p, v);
-#endif
-    v.store_unaligned(p);
-}
-inline void stream_fence() noexcept {
-#if defined(__SSE2__)
-    _mm_sfence();
-#endif
 }
 #else
 template <class T>
@@ -129,7 +115,10 @@ DL_INLINE V round_even(const V& x) noexcept {
 }
 template <class V>
 DL_INLINE auto is_nan(const V& x) noexcept {
-    return x != x;
+    if constexpr (is_batch<V>)
+        return xsimd::isnan(x);  // xsimd 8's batch != is an ordered compare: false for NaN
+    else
+        return x != x;
 }
 /// Sign bit of `sign` on the magnitude of `mag`.
 template <class V>

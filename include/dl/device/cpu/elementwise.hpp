@@ -16,9 +16,6 @@ namespace dl {
 
 namespace detail {
 
-/// Output bytes above which stores bypass the cache: the result is too big to be read back from it
-/// anyway, and streaming saves the read-for-ownership of every destination line.
-inline constexpr std::int64_t stream_threshold_bytes = std::int64_t{8} << 20;
 /// Work (elements x op cost) below which threads cost more than they save.
 inline constexpr std::int64_t parallel_threshold_work = std::int64_t{1} << 16;
 
@@ -75,7 +72,7 @@ void coalesce(Shape& shape, Strides& out_strides, Eval& ev) {
     }
 }
 
-enum class row_kernel { scalar, simd_unit, simd_mixed, simd_stream };
+enum class row_kernel { scalar, simd_unit, simd_mixed };
 
 template <row_kernel Kind, class T, class Eval>
 DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int64_t j, std::int64_t end) {
@@ -91,19 +88,7 @@ DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int
             std::memcpy(out + j, buf, static_cast<std::size_t>(n) * sizeof(T));
             j += n;
         };
-        if constexpr (Kind == row_kernel::simd_stream) {
-            const auto misalign = reinterpret_cast<std::uintptr_t>(out + j) % sizeof(simd::batch<T>);
-            if (misalign) partial(std::min<std::int64_t>(end - j, (sizeof(simd::batch<T>) - misalign) / sizeof(T)));
-            // Compute-heavy chains leave the out-of-order window too short to hide memory latency:
-            // ask for the inputs ~2 KiB ahead.
-            constexpr std::int64_t ahead = 2048 / sizeof(T);
-            for (; j + W <= end; j += W) {
-                ev.prefetch(j, ahead);
-                simd::stream(out + j, ev.template load<true>(j));
-            }
-        } else {
-            for (; j + W <= end; j += W) simd::store(out + j, ev.template load<unit>(j));
-        }
+        for (; j + W <= end; j += W) simd::store(out + j, ev.template load<unit>(j));
         if (j < end) partial(end - j);
 #endif
     }
@@ -133,7 +118,6 @@ void run_range(T* out, const Shape& shape, const Strides& out_strides, const Eva
         j = 0;
         for (int d = outer - 1; d >= 0 && ++index[d] == shape[d]; --d) index[d] = 0;
     }
-    if constexpr (Kind == row_kernel::simd_stream) simd::stream_fence();
 }
 
 template <class T, class E>
@@ -166,8 +150,6 @@ void evaluate_into(Tensor<T>& out, const E& e) {
             unit = unit && s.back() == 1;
             mixed = mixed && (s.back() == 0 || s.back() == 1);
         });
-        if (unit && shape.size() == 1 && n * static_cast<std::int64_t>(sizeof(T)) >= stream_threshold_bytes)
-            return run.template operator()<row_kernel::simd_stream>();
         if (unit) return run.template operator()<row_kernel::simd_unit>();
         if (mixed) return run.template operator()<row_kernel::simd_mixed>();
     }

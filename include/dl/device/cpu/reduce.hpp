@@ -74,7 +74,11 @@ template <class Acc, class E>
     Tensor<R> out(out_shape, ctx ? *ctx : default_context());
     const std::int64_t outputs = kept_shape.numel(), length = red_shape.numel();
     if (outputs == 0) return out;
-    if (length == 0 && !Acc::empty_ok) detail::fail("dl::", op, ": reduction over an empty dimension of shape ", in_shape);
+    if (length == 0) {
+        if (!Acc::empty_ok) detail::fail("dl::", op, ": reduction over an empty dimension of shape ", in_shape);
+        for (std::int64_t o = 0; o < outputs; ++o) out.data()[o] = acc.finish(acc.init(), 0);
+        return out;
+    }
 
     // Iteration shape: kept dims, then reduced dims, then a unit inner row if there is no reduced dim.
     auto ev = make_eval(e, in_shape);
@@ -160,10 +164,16 @@ struct sum_acc {
 };
 
 template <class T>
-struct mean_acc : sum_acc<T> {
+struct mean_acc {
     using result = std::conditional_t<std::is_floating_point_v<compute_t<T>>, T, float>;
     using state = double;
     static constexpr bool empty_ok = false;
+    static state init() { return 0; }
+    template <class V>
+    void add(state& s, V v, std::int64_t) const {
+        s += static_cast<state>(v);
+    }
+    static void merge(state& a, state b) { a += b; }
     static result finish(state s, std::int64_t n) { return static_cast<result>(s / static_cast<double>(n)); }
 };
 

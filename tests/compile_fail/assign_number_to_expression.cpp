@@ -1,0 +1,9 @@
+// expect-error: expression is read-only
+// The same with a number on the right, through a named expression.
+#include <dl/dl.hpp>
+
+int main() {
+    auto a = dl::zeros<float>({3});
+    auto e = dl::exp(a);
+    e = 1.0f;
+}

@@ -1,0 +1,10 @@
+// expect-error: expression is read-only
+// Expressions are values, not places: assign to a Tensor or a view of one.
+#include <dl/dl.hpp>
+
+int main() {
+    auto a = dl::zeros<float>({3});
+    auto b = dl::zeros<float>({3});
+    auto c = dl::zeros<float>({3});
+    (a + b) = c;
+}

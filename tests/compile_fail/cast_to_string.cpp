@@ -1,0 +1,11 @@
+// expect-error: satisfaction of .element<U>
+// cast<U> converts to an element type only.
+#include <dl/dl.hpp>
+
+#include <string>
+
+int main() {
+    auto a = dl::zeros<float>({3});
+    auto e = dl::cast<std::string>(a);
+    (void)e;
+}

@@ -1,0 +1,11 @@
+// expect-error: satisfaction of .scalar<H>
+// clamp's bounds are numbers.
+#include <dl/dl.hpp>
+
+#include <string>
+
+int main() {
+    auto a = dl::zeros<float>({3});
+    auto e = dl::clamp(a, 0, std::string("1"));
+    (void)e;
+}

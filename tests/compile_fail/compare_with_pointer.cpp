@@ -1,0 +1,10 @@
+// expect-error: operator< needs a Tensor or expression
+// Comparing an expression with a pointer.
+#include <dl/dl.hpp>
+
+int main() {
+    auto a = dl::zeros<float>({3});
+    const float* p = a.data();
+    auto e = (a * 2) < p;
+    (void)e;
+}

@@ -1,0 +1,10 @@
+// expect-error: only a Tensor, an expression or a number can be assigned to a Tensor
+// copy_from (and assign) take tensors, expressions and numbers.
+#include <dl/dl.hpp>
+
+#include <string>
+
+int main() {
+    auto a = dl::zeros<float>({3});
+    a.copy_from(std::string("1"));
+}

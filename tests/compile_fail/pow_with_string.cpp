@@ -1,0 +1,11 @@
+// expect-error: satisfaction of .binary_operands<A, B>
+// Named binary functions take tensors, expressions and numbers, like the operators.
+#include <dl/dl.hpp>
+
+#include <string>
+
+int main() {
+    auto a = dl::zeros<float>({3});
+    auto e = dl::pow(a, std::string("2"));
+    (void)e;
+}

@@ -1,0 +1,11 @@
+// expect-error: operator- needs a Tensor or expression
+// The same misuse with the tensor on the right.
+#include <dl/dl.hpp>
+
+#include <string>
+
+int main() {
+    auto a = dl::zeros<float>({3});
+    auto e = std::string("1") - a;
+    (void)e;
+}

@@ -1,0 +1,8 @@
+// expect-error: satisfaction of .element<T>
+// Tensor elements are bool, uint8, int32, int64, float, double (and the 16-bit floats).
+#include <dl/dl.hpp>
+
+int main() {
+    dl::Tensor<char> t;
+    (void)t;
+}

@@ -1,0 +1,10 @@
+// expect-error: satisfaction of .expression<E>
+// Elementwise functions take a Tensor or an expression; the failed concept is named.
+#include <dl/dl.hpp>
+
+#include <vector>
+
+int main() {
+    auto e = dl::exp(std::vector<float>{1.0f});
+    (void)e;
+}
