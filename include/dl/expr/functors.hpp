@@ -151,7 +151,8 @@ DL_BINARY(maximum, "maximum", same, 1, true, [&]() DL_INLINE_LAMBDA {
     else return simd::select(simd::is_nan(a), a, simd::max(a, b));
 }());
 DL_BINARY(equal, "eq", boolean, 1, true, a == b);
-DL_BINARY(not_equal, "ne", boolean, 1, true, a != b);
+// !(a == b) rather than a != b: xsimd 8 compiles batch != as an ordered compare (false for NaN).
+DL_BINARY(not_equal, "ne", boolean, 1, true, !(a == b));
 DL_BINARY(less, "lt", boolean, 1, true, a < b);
 DL_BINARY(less_equal, "le", boolean, 1, true, a <= b);
 DL_BINARY(greater, "gt", boolean, 1, true, a > b);
