@@ -18,3 +18,8 @@
 
 #include "device/cpu/elementwise.hpp"
 #include "device/cpu/reduce.hpp"
+
+#include "autograd/elementwise.hpp"
+#include "autograd/node.hpp"
+#include "autograd/reduce.hpp"
+#include "autograd/views.hpp"

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "allocator.hpp"
 #include "thread_pool.hpp"
@@ -67,6 +68,17 @@ public:
 
     [[nodiscard]] Device device() const noexcept { return device_; }
 
+    /// Bookkeeping for autograd (autograd/): whether ops on tensors that require grad are recorded
+    /// (dl::no_grad turns it off for every thread using this Context), a creation counter that orders
+    /// recorded ops, and scratch space reused by every backward pass so that it allocates nothing.
+    struct autograd_state {
+        bool enabled = true;
+        std::atomic<std::uint64_t> sequence{0};
+        std::vector<void*> stack, order;
+    };
+    [[nodiscard]] autograd_state& autograd() noexcept { return autograd_; }
+    [[nodiscard]] bool grad_enabled() const noexcept { return autograd_.enabled; }
+
 private:
     std::shared_ptr<Allocator> allocator_;
     thread_pool pool_;
@@ -77,6 +89,7 @@ private:
     std::atomic<std::uint64_t> random_offset_{0};
     bool training_ = true;
     Device device_ = Device::cpu;
+    autograd_state autograd_;
 };
 
 /// A process-wide Context for convenience (tensors created without one use it). It is just one more

@@ -12,11 +12,13 @@
 //                       t.slice(...) = other is an element copy, as in PyTorch.
 // Use clone() for an independent copy.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "context.hpp"
 #include "dtype.hpp"
@@ -29,10 +31,70 @@ namespace dl {
 namespace detail {
 /// Base of every expression node (expr/); lets core accept expressions without including them.
 struct expression_tag {};
+
+/// Autograd state a tensor may carry (autograd/ derives from this). Core only counts references, so
+/// a tensor that needs no gradient pays for one null pointer.
+struct grad_link {
+    std::atomic<int> refs{1};
+    void (*destroy)(grad_link*) noexcept = nullptr;
+};
+
+class grad_ref {
+public:
+    grad_ref() noexcept = default;
+    /// Adopts a link whose count already includes this reference.
+    explicit grad_ref(grad_link* link) noexcept : link_(link) {}
+    grad_ref(const grad_ref& other) noexcept : link_(other.link_) {
+        if (link_) link_->refs.fetch_add(1, std::memory_order_relaxed);
+    }
+    grad_ref(grad_ref&& other) noexcept : link_(std::exchange(other.link_, nullptr)) {}
+    grad_ref& operator=(grad_ref other) noexcept {
+        std::swap(link_, other.link_);
+        return *this;
+    }
+    ~grad_ref() {
+        if (link_ && link_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) link_->destroy(link_);
+    }
+    [[nodiscard]] grad_link* get() const noexcept { return link_; }
+
+private:
+    grad_link* link_ = nullptr;
+};
 }  // namespace detail
+
+/// What a view did to its source, so autograd can send the view's gradient back (see autograd/).
+struct view_op {
+    enum kind_t : std::uint8_t { slice, select, transpose, permute, reshape, expand, copy } kind;
+    Dims args{};  ///< slice: dim, start, stop, step; select: dim, index; transpose: dims; permute: order
+};
+
+template <element T>
+class Tensor;
+
+// Defined in autograd/: Tensor's gradient members forward to them.
+namespace autograd {
+template <class T>
+void set_requires_grad(Tensor<T>& t, bool on);
+template <class T>
+[[nodiscard]] Tensor<T> grad_of(const Tensor<T>& t);
+template <class T>
+void backward(const Tensor<T>& root, const Tensor<T>* grad, bool retain_graph);
+template <class T>
+void retain_grad(const Tensor<T>& t);
+template <class T>
+[[nodiscard]] bool is_leaf(const Tensor<T>& t);
+template <class T>
+[[nodiscard]] Tensor<T> record_view(const Tensor<T>& source, Tensor<T> view, const view_op& op);
+}  // namespace autograd
 
 template <class E>
 concept expression_node = std::derived_from<std::remove_cvref_t<E>, detail::expression_tag>;
+
+namespace autograd {
+/// Writes e into out, recording it for autograd when an operand requires grad (autograd/).
+template <class T, class E>
+void assign_expression(Tensor<T>& out, E&& e, bool into_view);
+}  // namespace autograd
 
 template <element T>
 class Tensor {
@@ -69,7 +131,7 @@ public:
     template <expression_node E>
     Tensor(E&& e)  // NOLINT: implicit, so `Tensor<float> y = a + b;` reads naturally
     {
-        assign(*this, std::forward<E>(e));
+        autograd::assign_expression(*this, std::forward<E>(e), false);
     }
 
     Tensor(const Tensor&) noexcept = default;
@@ -78,20 +140,22 @@ public:
     Tensor& operator=(Tensor&&) & noexcept = default;
     /// On a temporary (a view): copies elements, so `t.slice(0, 0, 2) = u;` writes into t.
     Tensor& operator=(const Tensor& src) && {
-        assign(*this, src);
+        autograd::assign_expression(*this, src, true);
         return *this;
     }
 
+    /// When an operand requires grad (and gradients are on), `t = expr` records the op and gives t new
+    /// storage, so values saved for backward are never overwritten; otherwise it writes in place.
     template <class E>
         requires(expression_node<E> || std::is_arithmetic_v<std::remove_cvref_t<E>>)
     Tensor& operator=(E&& e) & {
-        assign(*this, std::forward<E>(e));
+        autograd::assign_expression(*this, std::forward<E>(e), false);
         return *this;
     }
     template <class E>
         requires(expression_node<E> || std::is_arithmetic_v<std::remove_cvref_t<E>>)
     Tensor& operator=(E&& e) && {
-        assign(*this, std::forward<E>(e));
+        autograd::assign_expression(*this, std::forward<E>(e), true);
         return *this;
     }
 
@@ -161,7 +225,7 @@ public:
         v.offset_ += start * strides_[d];
         v.shape_[d] = (stop - start + step - 1) / step;
         v.strides_[d] *= step;
-        return v;
+        return finish_view(std::move(v), {view_op::slice, {d, start, stop, step}});
     }
     /// The sub-tensor at `index` of `dim`; the rank drops by one.
     [[nodiscard]] Tensor select(std::int64_t dim, std::int64_t index) const {
@@ -173,14 +237,14 @@ public:
         v.offset_ += index * strides_[d];
         v.shape_.erase(d);
         v.strides_.erase(d);
-        return v;
+        return finish_view(std::move(v), {view_op::select, {d, index}});
     }
     [[nodiscard]] Tensor transpose(std::int64_t dim0, std::int64_t dim1) const {
         const int a = wrap_dim(dim0, rank(), "transpose"), b = wrap_dim(dim1, rank(), "transpose");
         Tensor v = *this;
         std::swap(v.shape_[a], v.shape_[b]);
         std::swap(v.strides_[a], v.strides_[b]);
-        return v;
+        return finish_view(std::move(v), {view_op::transpose, {a, b}});
     }
     /// Matrix transpose of a rank-2 tensor.
     [[nodiscard]] Tensor t() const {
@@ -200,7 +264,7 @@ public:
             v.shape_[i] = shape_[d];
             v.strides_[i] = strides_[d];
         }
-        return v;
+        return finish_view(std::move(v), {view_op::permute, order});
     }
     /// Broadcasts to `shape` (numpy rules) with stride 0 along new or size-1 dimensions; -1 keeps an
     /// existing extent, as in PyTorch.
@@ -221,7 +285,7 @@ public:
             else if (shape_[i] != 1)
                 detail::fail("dl::expand: shape ", shape_, " cannot broadcast to ", shape);
         }
-        return v;
+        return finish_view(std::move(v), {view_op::expand, {}});
     }
     [[nodiscard]] Tensor broadcast_to(const Shape& shape) const { return expand(shape); }
     [[nodiscard]] Tensor unsqueeze(std::int64_t dim) const {
@@ -229,7 +293,7 @@ public:
         Tensor v = *this;
         v.shape_.insert(d, 1);
         v.strides_.insert(d, d < rank() ? strides_[d] * shape_[d] : 1);
-        return v;
+        return finish_view(std::move(v), {view_op::reshape, {}});
     }
     /// Drops every size-1 dimension.
     [[nodiscard]] Tensor squeeze() const {
@@ -239,7 +303,7 @@ public:
                 v.shape_.erase(i);
                 v.strides_.erase(i);
             }
-        return v;
+        return finish_view(std::move(v), {view_op::reshape, {}});
     }
     /// Drops `dim` if its extent is 1 (else returns the same view, as PyTorch does).
     [[nodiscard]] Tensor squeeze(std::int64_t dim) const {
@@ -249,7 +313,7 @@ public:
             v.shape_.erase(d);
             v.strides_.erase(d);
         }
-        return v;
+        return finish_view(std::move(v), {view_op::reshape, {}});
     }
 
     /// Same elements in `shape` (one extent may be -1). A view when the strides allow it (always for
@@ -260,7 +324,7 @@ public:
             Tensor v = *this;
             v.shape_ = shape;
             v.strides_ = *strides;
-            return v;
+            return finish_view(std::move(v), {view_op::reshape, {}});
         }
         return contiguous().reshape(shape);
     }
@@ -286,7 +350,7 @@ public:
         if (!defined()) return {};
         Tensor out(shape_, context());
         out.copy_from(*this);
-        return out;
+        return finish_view(std::move(out), {view_op::copy, {}});
     }
     /// Copies (broadcasting and converting) the elements of `src` into this tensor.
     template <class Src>
@@ -303,7 +367,43 @@ public:
         return defined() && base_ == other.base_;
     }
 
+    // --- autograd (autograd/ implements these) ---
+    /// Whether operations on this tensor are recorded for backward.
+    [[nodiscard]] bool requires_grad() const noexcept { return grad_.get() != nullptr; }
+    /// Makes this tensor a leaf that accumulates a gradient (floating element types only).
+    Tensor& requires_grad_(bool on = true) {
+        autograd::set_requires_grad(*this, on);
+        return *this;
+    }
+    /// The accumulated gradient: of a leaf, or of a tensor that called retain_grad(); null otherwise.
+    [[nodiscard]] Tensor grad() const { return autograd::grad_of(*this); }
+    /// Back-propagates from this one-element tensor (seed 1), accumulating into the leaves' grad().
+    void backward(bool retain_graph = false) const { autograd::backward(*this, static_cast<const Tensor*>(nullptr), retain_graph); }
+    /// Back-propagates with `grad` (this tensor's shape) as this tensor's gradient.
+    void backward(const Tensor& grad, bool retain_graph = false) const {
+        autograd::backward(*this, &grad, retain_graph);
+    }
+    /// Keeps the gradient of a non-leaf tensor after backward.
+    void retain_grad() const { autograd::retain_grad(*this); }
+    /// Created by the user (or detached) rather than by a recorded op.
+    [[nodiscard]] bool is_leaf() const { return autograd::is_leaf(*this); }
+    /// The same elements, cut from the recorded history.
+    [[nodiscard]] Tensor detach() const {
+        Tensor v = *this;
+        v.grad_ = {};
+        return v;
+    }
+    /// For autograd/: the tensor's autograd state.
+    [[nodiscard]] detail::grad_link* grad_link() const noexcept { return grad_.get(); }
+    void set_grad_link(detail::grad_ref link) noexcept { grad_ = std::move(link); }
+
 private:
+    Tensor finish_view(Tensor v, const view_op& op) const {
+        if (!grad_.get()) return v;
+        v.grad_ = {};
+        return autograd::record_view(*this, std::move(v), op);
+    }
+
     [[nodiscard]] Shape infer_shape(Shape shape) const {
         int infer = -1;
         std::int64_t known = 1;
@@ -361,6 +461,7 @@ private:
     Strides strides_;
     std::int64_t offset_ = 0;
     Context* ctx_ = nullptr;
+    detail::grad_ref grad_;
 };
 
 /// A view of user memory; contiguous row-major when no strides are given.

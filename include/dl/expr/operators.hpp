@@ -165,18 +165,17 @@ template <expression E>
         return Tensor<value_t<E>>(std::forward<E>(e));
 }
 
-// --- compound assignment: t op= e is t = t op e, in place ---
+// --- compound assignment: t op= e is t = t op e (in place unless it records for autograd) ---
 #define DL_COMPOUND(sym, Op)                                                       \
     template <class T, class E>                                                    \
         requires(expression<E> || scalar<E>)                                       \
     Tensor<T>& operator sym(Tensor<T>& t, E&& e) {                                 \
-        assign(t, detail::make_binary(ops::Op{}, t, std::forward<E>(e)));          \
-        return t;                                                                  \
+        return t = detail::make_binary(ops::Op{}, t, std::forward<E>(e));          \
     }                                                                              \
     template <class T, class E>                                                    \
         requires(expression<E> || scalar<E>)                                       \
     Tensor<T>& operator sym(Tensor<T>&& t, E&& e) {                                \
-        return t sym std::forward<E>(e);                                           \
+        return std::move(t) = detail::make_binary(ops::Op{}, t, std::forward<E>(e)); \
     }
 DL_COMPOUND(+=, add)
 DL_COMPOUND(-=, sub)

@@ -1,5 +1,6 @@
 #pragma once
-// Reductions that consume an expression without materialising it. The reduced dimensions are moved
+// The reduction kernel: it consumes an expression without materialising it (the public, differentiable
+// functions are in autograd/reduce.hpp). The reduced dimensions are moved
 // innermost (a permutation of every operand's strides, no copy), then each output element folds its
 // slice with an accumulator. Float data accumulates in double, so sums of 10^7 floats stay accurate.
 // The split into work items depends only on the shapes, never on the thread count: results are
@@ -355,90 +356,5 @@ struct any_all_acc {
 };
 
 }  // namespace detail
-
-// --- the public reductions: over all elements (axes empty) or the given axes ---
-
-#define DL_REDUCTION_PREAMBLE(name)                                                                   \
-    static_assert(expression<E>, "dl::" #name ": the argument must be a Tensor or an elementwise expression")
-
-template <class E>
-[[nodiscard]] auto sum(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(sum);
-    return detail::reduce(e, axes, keepdim, detail::sum_acc<value_t<E>>{}, "sum");
-}
-template <class E>
-[[nodiscard]] auto mean(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(mean);
-    return detail::reduce(e, axes, keepdim, detail::mean_acc<value_t<E>>{}, "mean");
-}
-template <class E>
-[[nodiscard]] auto prod(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(prod);
-    return detail::reduce(e, axes, keepdim, detail::prod_acc<value_t<E>>{}, "prod");
-}
-template <class E>
-[[nodiscard]] auto max(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(max);
-    return detail::reduce(e, axes, keepdim, detail::extreme_acc<value_t<E>, true>{}, "max");
-}
-template <class E>
-[[nodiscard]] auto min(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(min);
-    return detail::reduce(e, axes, keepdim, detail::extreme_acc<value_t<E>, false>{}, "min");
-}
-/// Index of the first maximum along `axis` (of the flattened tensor when axis is not given).
-template <class E>
-[[nodiscard]] Tensor<std::int64_t> argmax(const E& e) {
-    DL_REDUCTION_PREAMBLE(argmax);
-    return detail::reduce(e, {}, false, detail::arg_extreme_acc<value_t<E>, true>{}, "argmax");
-}
-template <class E>
-[[nodiscard]] Tensor<std::int64_t> argmax(const E& e, std::int64_t axis, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(argmax);
-    return detail::reduce(e, {axis}, keepdim, detail::arg_extreme_acc<value_t<E>, true>{}, "argmax");
-}
-template <class E>
-[[nodiscard]] Tensor<std::int64_t> argmin(const E& e) {
-    DL_REDUCTION_PREAMBLE(argmin);
-    return detail::reduce(e, {}, false, detail::arg_extreme_acc<value_t<E>, false>{}, "argmin");
-}
-template <class E>
-[[nodiscard]] Tensor<std::int64_t> argmin(const E& e, std::int64_t axis, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(argmin);
-    return detail::reduce(e, {axis}, keepdim, detail::arg_extreme_acc<value_t<E>, false>{}, "argmin");
-}
-/// Variance with `correction` subtracted from the count (1: unbiased, as PyTorch's default).
-template <class E>
-[[nodiscard]] auto var(const E& e, const Dims& axes = {}, bool keepdim = false, double correction = 1) {
-    DL_REDUCTION_PREAMBLE(var);
-    return detail::reduce(e, axes, keepdim, detail::moments_acc<value_t<E>>{correction, false}, "var");
-}
-template <class E>
-[[nodiscard]] auto std(const E& e, const Dims& axes = {}, bool keepdim = false, double correction = 1) {
-    DL_REDUCTION_PREAMBLE(std);
-    return detail::reduce(e, axes, keepdim, detail::moments_acc<value_t<E>>{correction, true}, "std");
-}
-template <class E>
-[[nodiscard]] auto norm(const E& e, double p = 2, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(norm);
-    if (!(p > 0)) detail::fail("dl::norm: p must be positive, got ", p);
-    return detail::reduce(e, axes, keepdim, detail::norm_acc<value_t<E>>{p}, "norm");
-}
-template <class E>
-[[nodiscard]] auto logsumexp(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(logsumexp);
-    return detail::reduce(e, axes, keepdim, detail::logsumexp_acc<value_t<E>>{}, "logsumexp");
-}
-template <class E>
-[[nodiscard]] Tensor<bool> any(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(any);
-    return detail::reduce(e, axes, keepdim, detail::any_all_acc<true>{}, "any");
-}
-template <class E>
-[[nodiscard]] Tensor<bool> all(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(all);
-    return detail::reduce(e, axes, keepdim, detail::any_all_acc<false>{}, "all");
-}
-#undef DL_REDUCTION_PREAMBLE
 
 }  // namespace dl

@@ -1,0 +1,204 @@
+#pragma once
+// Autograd for elementwise expressions. When `Tensor y = expr;` records, y's node keeps a copy of the
+// expression (its tensors by handle, no elements copied). Backward builds, at compile time, one
+// expression per tensor operand from each op's partial derivatives (ops::derivative) and the chain
+// rule, and evaluates it in ONE fused loop that recomputes the forward values it needs: a chain of k
+// ops costs one forward loop and one backward loop per input that requires grad.
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "../expr/operators.hpp"
+#include "node.hpp"
+
+namespace dl::autograd {
+
+namespace detail {
+
+using dl::detail::fail;
+
+/// The expression with every operand held by value, so a node can keep it after the statement that
+/// built it (tensor handles are copied, not elements).
+template <class T>
+[[nodiscard]] Tensor<T> own(const Tensor<T>& t) {
+    return t;
+}
+template <class T>
+[[nodiscard]] scalar_node<T> own(const scalar_node<T>& s) {
+    return s;
+}
+template <class Op, class... E>
+[[nodiscard]] auto own(const fn_node<Op, E...>& n) {
+    return std::apply(
+        [&](const auto&... e) { return fn_node<Op, decltype(own(e))...>{{}, n.op, {own(e)...}}; }, n.operands);
+}
+
+/// Number of tensor operands (leaves) in an expression, counted left to right.
+template <class E>
+inline constexpr std::size_t leaf_count = 0;
+template <class T>
+inline constexpr std::size_t leaf_count<Tensor<T>> = 1;
+template <class Op, class... E>
+inline constexpr std::size_t leaf_count<fn_node<Op, E...>> = (leaf_count<std::remove_cvref_t<E>> + ... + 0);
+
+/// Index of the operand of a node with operands E... that holds leaf K, and K's index inside it.
+template <std::size_t K, class... E>
+struct leaf_location;
+template <std::size_t K, class First, class... Rest>
+struct leaf_location<K, First, Rest...> {
+    static constexpr std::size_t here = leaf_count<std::remove_cvref_t<First>>;
+    static constexpr bool inside = K < here;
+    static constexpr std::size_t operand = inside ? 0 : 1 + leaf_location<K - here, Rest...>::operand;
+    static constexpr std::size_t index = inside ? K : leaf_location<K - here, Rest...>::index;
+};
+template <std::size_t K>
+struct leaf_location<K> {
+    static constexpr std::size_t operand = 0, index = 0;
+};
+
+/// Whether a gradient can flow from the root of E to its leaf K: every node on the path yields a
+/// floating value, and no comparison, logical op or where-condition lies on it.
+template <std::size_t K, class E>
+inline constexpr bool flows_to = false;
+template <std::size_t K, class T>
+inline constexpr bool flows_to<K, Tensor<T>> = is_floating_element<T>;
+template <std::size_t K, class Op, class... E>
+inline constexpr bool flows_to<K, fn_node<Op, E...>> = [] {
+    using L = leaf_location<K, E...>;
+    using child = std::remove_cvref_t<std::tuple_element_t<L::operand, std::tuple<E...>>>;
+    if constexpr (!is_floating_element<typename fn_node<Op, E...>::value_type> ||
+                  Op::rule == ops::result_rule::boolean)
+        return false;
+    else if constexpr (std::is_same_v<Op, ops::where>)
+        return L::operand != 0 && flows_to<L::index, child>;
+    else
+        return flows_to<L::index, child>;
+}();
+
+template <class Op>
+inline constexpr bool is_cast = requires { typename Op::target; };
+
+/// The gradient reaching leaf K of e when e's gradient is g (an expression of e's shape, or one that
+/// broadcasts to it). Every step of the chain is an expression node: nothing is evaluated here.
+template <std::size_t K, class T, class G>
+[[nodiscard]] decltype(auto) leaf_gradient(const Tensor<T>&, G&& g) {
+    return std::forward<G>(g);
+}
+template <std::size_t K, class Op, class... E, class G>
+[[nodiscard]] auto leaf_gradient(const fn_node<Op, E...>& n, G&& g) {
+    using L = leaf_location<K, E...>;
+    constexpr std::size_t i = L::operand;
+    const auto& child = std::get<i>(n.operands);
+    using V = compute_t<typename fn_node<Op, E...>::value_type>;
+    if constexpr (std::is_same_v<Op, ops::where>) {
+        const auto& cond = std::get<0>(n.operands);
+        if constexpr (i == 1)
+            return leaf_gradient<L::index>(child, make_node(ops::where{}, cond, std::forward<G>(g), scalar_node<V>{{}, V(0)}));
+        else
+            return leaf_gradient<L::index>(child, make_node(ops::where{}, cond, scalar_node<V>{{}, V(0)}, std::forward<G>(g)));
+    } else if constexpr (is_cast<Op> || std::is_same_v<Op, ops::add> ||
+                         (std::is_same_v<Op, ops::sub> && i == 0)) {
+        return leaf_gradient<L::index>(child, std::forward<G>(g));
+    } else if constexpr (std::is_same_v<Op, ops::neg> || std::is_same_v<Op, ops::sub>) {
+        return leaf_gradient<L::index>(child, make_node(ops::neg{}, std::forward<G>(g)));
+    } else {
+        auto local = std::apply(
+            [&](const auto&... operand) { return make_node(ops::derivative<Op, i>{n.op}, operand...); },
+            n.operands);
+        return leaf_gradient<L::index>(child, make_node(ops::mul{}, std::forward<G>(g), std::move(local)));
+    }
+}
+
+/// The tensor that is leaf K of e.
+template <std::size_t K, class T>
+[[nodiscard]] const Tensor<T>& leaf(const Tensor<T>& t) {
+    return t;
+}
+template <std::size_t K, class Op, class... E>
+[[nodiscard]] decltype(auto) leaf(const fn_node<Op, E...>& n) {
+    using L = leaf_location<K, E...>;
+    return leaf<L::index>(std::get<L::operand>(n.operands));
+}
+
+/// Sends gradient g of expression e (owned) to every tensor in e that requires grad.
+template <class E, class G>
+void send_gradient(const E& e, const G& g) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+        auto one = [&]<std::size_t L>(std::integral_constant<std::size_t, L>) {
+            if constexpr (flows_to<L, E>) {
+                const auto& t = leaf<L>(e);
+                if (auto* n = node_of(t)) accumulate(*n, leaf_gradient<L>(e, g));
+            }
+        };
+        (one(std::integral_constant<std::size_t, K>{}), ...);
+    }(std::make_index_sequence<leaf_count<E>>{});
+}
+
+/// Some tensor of e requires grad and e's Context records.
+template <class E>
+[[nodiscard]] bool expression_records(const E& e) {
+    bool any = false;
+    dl::detail::for_each_tensor(e, [&](const auto& t) { any = any || t.requires_grad(); });
+    if (!any) return false;
+    Context* ctx = context_of(e);
+    return (ctx ? *ctx : default_context()).grad_enabled();
+}
+
+/// Expressions whose result could carry a gradient (a floating result from a floating tensor).
+template <class E>
+inline constexpr bool differentiable = [] {
+    using D = std::remove_cvref_t<E>;
+    if constexpr (!is_floating_element<value_t<D>>)
+        return false;
+    else
+        return []<std::size_t... K>(std::index_sequence<K...>) {
+            return (flows_to<K, D> || ... || false);
+        }(std::make_index_sequence<leaf_count<D>>{});
+}();
+
+}  // namespace detail
+
+template <class T, class E>
+void assign_expression(Tensor<T>& out, E&& e, bool into_view) {
+    if constexpr (expression<E>) {
+        Context* ctx = context_of(e);
+        if (!ctx) ctx = &out.context();
+        const bool enabled = ctx->grad_enabled();
+        if (enabled && out.requires_grad() && (into_view || out.is_leaf()))
+            detail::fail("dl: in-place write into a tensor of shape ", out.shape(),
+                         " that requires grad; update parameters under dl::no_grad, or assign to a new tensor");
+        // The result gets new storage when it records, or when out is itself a computed tensor that
+        // requires grad: backward may still need out's old values (`y = f(x)` rebinds y in Python too).
+        const Shape shape = out.defined() ? out.shape() : shape_of(e);
+        if constexpr (is_floating_element<T> && detail::differentiable<E>) {
+            if (enabled && detail::expression_records(e)) {
+                if (into_view)
+                    detail::fail("dl: writing an expression that requires grad into a view of shape ", out.shape(),
+                                 " is not supported by autograd yet; build the result as a new tensor");
+                auto saved = detail::own(e);
+                Tensor<T> result(shape, *ctx);
+                assign(result, saved);
+                record(
+                    result, [](const Tensor<T>& g, const auto& expr) { detail::send_gradient(expr, g); },
+                    std::move(saved));
+                out = std::move(result);
+                return;
+            }
+        }
+        if (enabled && out.requires_grad()) {
+            Tensor<T> result(shape, *ctx);
+            assign(result, std::forward<E>(e));
+            out = std::move(result);
+            return;
+        }
+        assign(out, std::forward<E>(e));
+    } else {
+        if (out.requires_grad() && out.context().grad_enabled())
+            detail::fail("dl: in-place write into a tensor of shape ", out.shape(),
+                         " that requires grad; do it under dl::no_grad");
+        assign(out, std::forward<E>(e));
+    }
+}
+
+}  // namespace dl::autograd
