@@ -20,6 +20,16 @@
 #include "device/cpu/reduce.hpp"
 
 #include "autograd/elementwise.hpp"
+#include "autograd/gradcheck.hpp"
+#include "autograd/linalg.hpp"
 #include "autograd/node.hpp"
 #include "autograd/reduce.hpp"
+#include "autograd/softmax.hpp"
 #include "autograd/views.hpp"
+
+#include "nn/init.hpp"
+#include "nn/layer.hpp"
+#include "nn/layers.hpp"
+#include "nn/loss.hpp"
+#include "nn/optim.hpp"
+#include "nn/sequential.hpp"

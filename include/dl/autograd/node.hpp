@@ -115,13 +115,12 @@ template <class T>
 
 /// Sums `full` over the dimensions that broadcasting added or stretched to get from `target`.
 template <class T>
-[[nodiscard]] Tensor<T> sum_to_shape(const Tensor<T>& full, const Shape& target) {
+[[nodiscard]] auto sum_to_shape(const Tensor<T>& full, const Shape& target) {
     const int lead = full.rank() - target.size();
     Dims axes;
     for (int d = 0; d < full.rank(); ++d)
         if (d < lead || (target[d - lead] == 1 && full.shape()[d] != 1)) axes.push_back(d);
-    Tensor<T> reduced = detail::reduce(full, axes, true, detail::sum_acc<T>{}, "sum");
-    return reduced.reshape(target);
+    return detail::reduce(full, axes, true, detail::sum_acc<T>{}, "sum").reshape(target);
 }
 
 /// n.grad += g, where g (an expression or tensor) broadcasts to n's shape, or has a larger shape whose
@@ -130,9 +129,13 @@ template <class T, class G>
 void accumulate(typed_node<T>& n, G&& g) {
     const Shape shape = shape_of(g);
     if (shape != n.shape() && broadcast_shapes(shape, n.shape(), "backward") != n.shape()) {
-        Tensor<value_t<G>> full(shape, n.context());
-        assign(full, std::forward<G>(g));
-        accumulate(n, sum_to_shape(full, n.shape()));
+        if constexpr (is_tensor_v<G>) {
+            accumulate(n, sum_to_shape(g, n.shape()));
+        } else {
+            Tensor<value_t<G>> full(shape, n.context());
+            assign(full, std::forward<G>(g));
+            accumulate(n, sum_to_shape(full, n.shape()));
+        }
         return;
     }
     if (!n.grad.defined()) {

@@ -1,0 +1,102 @@
+#pragma once
+// Matrix products with their backward: matmul, and linear (x·Wᵀ + b with W stored [out, in], as
+// PyTorch stores it, so checkpoints interchange without transposes).
+#include <cstdint>
+
+#include "../device/cpu/matmul.hpp"
+#include "node.hpp"
+
+namespace dl {
+
+namespace autograd::detail {
+
+/// The gradient buffer of n and whether a product should add into it (false: overwrite, first use).
+template <class T>
+[[nodiscard]] std::pair<Tensor<T>&, bool> product_target(typed_node<T>& n) {
+    const bool had = n.grad.defined();
+    if (!had) n.grad = Tensor<T>(n.shape(), n.context());
+    return {n.grad, had};
+}
+
+/// dst (+)= a·b for rank-2 tensors.
+template <class T>
+void gemm_into(const Tensor<T>& dst, bool accumulate, const Tensor<T>& a, const Tensor<T>& b) {
+    dl::detail::gemm(dl::detail::as_matrix(a), dl::detail::as_matrix(b), dl::detail::as_mutable_matrix(dst),
+                     accumulate, dst.context());
+}
+
+template <class T>
+void check_matrix(const Tensor<T>& t, std::string_view op, std::string_view what) {
+    if (t.rank() != 2) dl::detail::fail("dl::", op, ": ", what, " must be a matrix, got shape ", t.shape());
+}
+
+}  // namespace autograd::detail
+
+/// a·b for matrices a [M, K] and b [K, N].
+template <class T>
+[[nodiscard]] Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
+    autograd::detail::check_matrix(a, "matmul", "a");
+    autograd::detail::check_matrix(b, "matmul", "b");
+    if (a.shape()[1] != b.shape()[0])
+        detail::fail("dl::matmul: shapes ", a.shape(), " and ", b.shape(), " do not multiply (", a.shape()[1],
+                     " != ", b.shape()[0], ")");
+    Tensor<T> out({a.shape()[0], b.shape()[1]}, a.context());
+    autograd::detail::gemm_into(out, false, a, b);
+    if constexpr (is_floating_element<T>) {
+        if (autograd::any_records(a, b))
+            autograd::record(
+                out,
+                [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>& y) {
+                    if (auto* n = autograd::node_of(x)) {
+                        auto [dst, add] = autograd::detail::product_target(*n);
+                        autograd::detail::gemm_into(dst, add, g, y.t());
+                    }
+                    if (auto* n = autograd::node_of(y)) {
+                        auto [dst, add] = autograd::detail::product_target(*n);
+                        autograd::detail::gemm_into(dst, add, x.t(), g);
+                    }
+                },
+                a, b);
+    }
+    return out;
+}
+
+/// x·Wᵀ + bias for x [N, in], weight [out, in] and bias [out] (bias may be a null tensor): the
+/// product and the bias add are one op, with one node.
+template <class T>
+[[nodiscard]] Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias = {}) {
+    autograd::detail::check_matrix(x, "linear", "the input");
+    autograd::detail::check_matrix(weight, "linear", "the weight");
+    if (x.shape()[1] != weight.shape()[1])
+        detail::fail("dl::linear: input of shape ", x.shape(), " has ", x.shape()[1], " features, the weight ",
+                     weight.shape(), " expects ", weight.shape()[1]);
+    if (bias.defined() && (bias.rank() != 1 || bias.shape()[0] != weight.shape()[0]))
+        detail::fail("dl::linear: bias of shape ", bias.shape(), " for a weight of shape ", weight.shape());
+    Tensor<T> out({x.shape()[0], weight.shape()[0]}, x.context());
+    if (bias.defined()) {
+        assign(out, bias);  // broadcast over rows, then accumulate the product on top
+        autograd::detail::gemm_into(out, true, x, weight.detach().t());
+    } else {
+        autograd::detail::gemm_into(out, false, x, weight.detach().t());
+    }
+    if constexpr (is_floating_element<T>) {
+        if (autograd::any_records(x, weight, bias))
+            autograd::record(
+                out,
+                [](const Tensor<T>& g, const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b) {
+                    if (auto* n = autograd::node_of(in)) {
+                        auto [dst, add] = autograd::detail::product_target(*n);
+                        autograd::detail::gemm_into(dst, add, g, w);
+                    }
+                    if (auto* n = autograd::node_of(w)) {
+                        auto [dst, add] = autograd::detail::product_target(*n);
+                        autograd::detail::gemm_into(dst, add, g.t(), in);
+                    }
+                    if (auto* n = autograd::node_of(b)) autograd::accumulate(*n, g);  // sums over the rows
+                },
+                x, weight, bias);
+    }
+    return out;
+}
+
+}  // namespace dl

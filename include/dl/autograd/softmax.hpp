@@ -1,0 +1,62 @@
+#pragma once
+// softmax and log_softmax along one dimension, shifted by the maximum so that large inputs do not
+// overflow, with their backward.
+#include <cstdint>
+
+#include "reduce.hpp"
+
+namespace dl {
+
+namespace autograd::detail {
+/// log Σ exp(x) along dim, keeping the dimension (computed without recording).
+template <class T>
+[[nodiscard]] Tensor<T> logsumexp_keepdim(const Tensor<T>& x, int dim) {
+    Tensor<T> m = dl::detail::reduce(x, {dim}, true, dl::detail::extreme_acc<T, true>{}, "softmax");
+    // An all -inf row has max -inf; shift by 0 instead so it gives -inf rather than NaN.
+    m = where(isfinite(m), m, T(0));
+    Tensor<T> s = dl::detail::reduce(exp(x - m.expand(x.shape())), {dim}, true, dl::detail::sum_acc<T>{}, "softmax");
+    return m + log(s);
+}
+}  // namespace autograd::detail
+
+template <class T>
+[[nodiscard]] Tensor<T> log_softmax(const Tensor<T>& x, std::int64_t dim = -1) {
+    static_assert(is_floating_element<T>, "dl::log_softmax: needs a floating tensor");
+    const int d = wrap_dim(dim, x.rank(), "log_softmax");
+    Tensor<T> out(x.shape(), x.context());
+    {
+        no_grad off(x.context());
+        assign(out, x - autograd::detail::logsumexp_keepdim(x, d).expand(x.shape()));
+    }
+    if (autograd::records(x))
+        autograd::record(
+            out,
+            [d](const Tensor<T>& g, const Tensor<T>& in, const Tensor<T>& y) {
+                Tensor<T> total = detail::reduce(g, {d}, true, detail::sum_acc<T>{}, "log_softmax");
+                autograd::accumulate(*autograd::node_of(in), g - exp(y) * total.expand(g.shape()));
+            },
+            x, out.detach());
+    return out;
+}
+
+template <class T>
+[[nodiscard]] Tensor<T> softmax(const Tensor<T>& x, std::int64_t dim = -1) {
+    static_assert(is_floating_element<T>, "dl::softmax: needs a floating tensor");
+    const int d = wrap_dim(dim, x.rank(), "softmax");
+    Tensor<T> out(x.shape(), x.context());
+    {
+        no_grad off(x.context());
+        assign(out, exp(x - autograd::detail::logsumexp_keepdim(x, d).expand(x.shape())));
+    }
+    if (autograd::records(x))
+        autograd::record(
+            out,
+            [d](const Tensor<T>& g, const Tensor<T>& in, const Tensor<T>& y) {
+                Tensor<T> dot = detail::reduce(g * y, {d}, true, detail::sum_acc<T>{}, "softmax");
+                autograd::accumulate(*autograd::node_of(in), y * (g - dot.expand(g.shape())));
+            },
+            x, out.detach());
+    return out;
+}
+
+}  // namespace dl

@@ -1,0 +1,171 @@
+#pragma once
+// Losses. Most are elementwise expressions under a reduction, so forward and backward are each one
+// fused loop; cross_entropy and nll_loss index by class and are ops of their own.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "../autograd/reduce.hpp"
+#include "../autograd/softmax.hpp"
+
+namespace dl::nn {
+
+enum class reduction { none, mean, sum };
+
+namespace detail {
+template <class E>
+[[nodiscard]] auto reduce_loss(E&& e, reduction r) {
+    using T = value_t<E>;
+    if (r == reduction::mean) return dl::mean(e);
+    if (r == reduction::sum) return dl::sum(e);
+    return Tensor<T>(std::forward<E>(e));
+}
+template <class T>
+void check_same_shape(const Tensor<T>& a, const Tensor<T>& b, std::string_view loss) {
+    if (a.shape() != b.shape())
+        dl::detail::fail("dl::nn::", loss, ": input of shape ", a.shape(), " and target of shape ", b.shape(),
+                         " differ");
+}
+}  // namespace detail
+
+template <class T>
+[[nodiscard]] Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, reduction r = reduction::mean) {
+    detail::check_same_shape(input, target, "mse_loss");
+    return detail::reduce_loss(square(input - target), r);
+}
+template <class T>
+[[nodiscard]] Tensor<T> l1_loss(const Tensor<T>& input, const Tensor<T>& target, reduction r = reduction::mean) {
+    detail::check_same_shape(input, target, "l1_loss");
+    return detail::reduce_loss(abs(input - target), r);
+}
+/// Quadratic below beta, linear above (Huber loss divided by beta), as PyTorch's smooth_l1_loss.
+template <class T>
+[[nodiscard]] Tensor<T> smooth_l1_loss(const Tensor<T>& input, const Tensor<T>& target, reduction r = reduction::mean,
+                                       double beta = 1.0) {
+    detail::check_same_shape(input, target, "smooth_l1_loss");
+    if (!(beta > 0)) dl::detail::fail("dl::nn::smooth_l1_loss: beta must be positive, got ", beta);
+    const auto d = input - target;
+    return detail::reduce_loss(where(abs(d) < T(beta), square(d) * T(0.5 / beta), abs(d) - T(0.5 * beta)), r);
+}
+/// Binary cross-entropy on logits, in the stable form softplus(x) - x·y.
+template <class T>
+[[nodiscard]] Tensor<T> binary_cross_entropy_with_logits(const Tensor<T>& logits, const Tensor<T>& target,
+                                                         reduction r = reduction::mean) {
+    detail::check_same_shape(logits, target, "binary_cross_entropy_with_logits");
+    return detail::reduce_loss(softplus(logits) - logits * target, r);
+}
+
+struct cross_entropy_options {
+    reduction reduce = reduction::mean;
+    double label_smoothing = 0;
+    std::int64_t ignore_index = -100;
+};
+
+namespace detail {
+
+/// Cross-entropy of rows of logits [N, C] (log-probabilities when `from_log_probs`, as nll_loss takes)
+/// against class indices [N]: one pass per row forward, one per row backward, no [N, C] temporary.
+template <class T>
+[[nodiscard]] Tensor<T> class_loss(const Tensor<T>& input, const Tensor<std::int64_t>& target,
+                                   const cross_entropy_options& o, bool from_log_probs, std::string_view name) {
+    if (input.rank() != 2 || target.rank() != 1 || target.shape()[0] != input.shape()[0])
+        dl::detail::fail("dl::nn::", name, ": expected input [N, C] and target [N], got ", input.shape(), " and ",
+                         target.shape());
+    if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1))
+        dl::detail::fail("dl::nn::", name, ": label_smoothing must be in [0, 1], got ", o.label_smoothing);
+    const std::int64_t N = input.shape()[0], C = input.shape()[1];
+    const Tensor<T> x = input.detach().contiguous();
+    const Tensor<std::int64_t> t = target.contiguous();
+    Tensor<T> lse({N}, input.context());  // log Σ exp per row (0 for log-probabilities)
+    Tensor<T> per_row({N}, input.context());
+    const double eps = o.label_smoothing;
+    std::int64_t counted = 0;
+    for (std::int64_t i = 0; i < N; ++i) {
+        const T* row = x.data() + i * C;
+        const std::int64_t c = t.data()[i];
+        if (c == o.ignore_index) {
+            lse.data()[i] = 0;
+            per_row.data()[i] = 0;
+            continue;
+        }
+        if (c < 0 || c >= C)
+            dl::detail::fail("dl::nn::", name, ": target ", c, " at row ", i, " is not a class in [0, ", C, ")");
+        ++counted;
+        double l = 0;
+        if (!from_log_probs) {
+            double m = -std::numeric_limits<double>::infinity();
+            for (std::int64_t j = 0; j < C; ++j) m = std::max(m, static_cast<double>(row[j]));
+            double s = 0;
+            for (std::int64_t j = 0; j < C; ++j) s += std::exp(static_cast<double>(row[j]) - m);
+            l = m + std::log(s);
+        }
+        double total = 0;
+        if (eps > 0)
+            for (std::int64_t j = 0; j < C; ++j) total += static_cast<double>(row[j]);
+        lse.data()[i] = static_cast<T>(l);
+        // Σ_j q_j (lse - x_j) with q = (1 - eps)·onehot(c) + eps / C.
+        per_row.data()[i] = static_cast<T>(l - (1 - eps) * static_cast<double>(row[c]) - eps / C * total);
+    }
+    Tensor<T> out;
+    double scale = 1;
+    if (o.reduce == reduction::none) {
+        out = per_row;
+    } else {
+        double s = 0;
+        for (std::int64_t i = 0; i < N; ++i) s += static_cast<double>(per_row.data()[i]);
+        if (o.reduce == reduction::mean) {
+            scale = counted ? 1.0 / static_cast<double>(counted) : std::numeric_limits<double>::quiet_NaN();
+            s *= scale;
+        }
+        out = full<T>({}, static_cast<T>(s), input.context());
+    }
+    if (autograd::records(input))
+        autograd::record(
+            out,
+            [o, scale, from_log_probs](const Tensor<T>& g, const Tensor<T>& in, const Tensor<std::int64_t>& tg,
+                                       const Tensor<T>& row_lse) {
+                const std::int64_t N = in.shape()[0], C = in.shape()[1];
+                const Tensor<T> xs = in.detach().contiguous();
+                Tensor<T> dx({N, C}, in.context());
+                const double eps = o.label_smoothing;
+                for (std::int64_t i = 0; i < N; ++i) {
+                    T* d = dx.data() + i * C;
+                    const std::int64_t c = tg.data()[i];
+                    const double gi = static_cast<double>(g.rank() == 0 ? g.item() : g.data()[i]) * scale;
+                    if (c == o.ignore_index) {
+                        for (std::int64_t j = 0; j < C; ++j) d[j] = 0;
+                        continue;
+                    }
+                    const T* row = xs.data() + i * C;
+                    const double l = static_cast<double>(row_lse.data()[i]);
+                    for (std::int64_t j = 0; j < C; ++j) {
+                        const double p = from_log_probs ? 0.0 : std::exp(static_cast<double>(row[j]) - l);
+                        const double target_weight = (j == c ? 1 - eps : 0) + eps / C;
+                        d[j] = static_cast<T>(gi * (from_log_probs ? -target_weight : p - target_weight));
+                    }
+                }
+                autograd::accumulate(*autograd::node_of(in), dx);
+            },
+            input, t, lse);
+    return out;
+}
+
+}  // namespace detail
+
+/// Cross-entropy of logits [N, C] against class indices [N] (log-softmax fused in), with label
+/// smoothing and an ignored class index, as torch.nn.functional.cross_entropy.
+template <class T>
+[[nodiscard]] Tensor<T> cross_entropy(const Tensor<T>& logits, const Tensor<std::int64_t>& target,
+                                      const cross_entropy_options& options = {}) {
+    return detail::class_loss(logits, target, options, false, "cross_entropy");
+}
+
+/// Negative log-likelihood of log-probabilities [N, C] against class indices [N].
+template <class T>
+[[nodiscard]] Tensor<T> nll_loss(const Tensor<T>& log_probs, const Tensor<std::int64_t>& target,
+                                 reduction r = reduction::mean, std::int64_t ignore_index = -100) {
+    return detail::class_loss(log_probs, target, {r, 0, ignore_index}, true, "nll_loss");
+}
+
+}  // namespace dl::nn
