@@ -165,11 +165,12 @@ void assign_expression(Tensor<T>& out, E&& e, bool into_view) {
         Context* ctx = context_of(e);
         if (!ctx) ctx = &out.context();
         const bool enabled = ctx->grad_enabled();
-        if (enabled && out.requires_grad() && (into_view || out.is_leaf()))
-            detail::fail("dl: in-place write into a tensor of shape ", out.shape(),
-                         " that requires grad; update parameters under dl::no_grad, or assign to a new tensor");
-        // The result gets new storage when it records, or when out is itself a computed tensor that
-        // requires grad: backward may still need out's old values (`y = f(x)` rebinds y in Python too).
+        if (enabled && out.requires_grad() && into_view)
+            detail::fail("dl: in-place write into a view of shape ", out.shape(),
+                         " that requires grad; update parameters under dl::no_grad");
+        // The result gets new storage when it records, or when out itself requires grad: backward may
+        // still need out's old values, and a leaf's values must not change behind the optimizer's back
+        // (`y = f(y)` rebinds y in Python too).
         const Shape shape = out.defined() ? out.shape() : shape_of(e);
         if constexpr (is_floating_element<T> && detail::differentiable<E>) {
             if (enabled && detail::expression_records(e)) {

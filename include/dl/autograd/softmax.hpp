@@ -2,20 +2,24 @@
 // softmax and log_softmax along one dimension, shifted by the maximum so that large inputs do not
 // overflow, with their backward.
 #include <cstdint>
+#include <utility>
 
 #include "reduce.hpp"
 
 namespace dl {
 
 namespace autograd::detail {
-/// log Σ exp(x) along dim, keeping the dimension (computed without recording).
+/// The row maximum m and log Σ exp(x - m) along dim, keeping the dimension (computed without
+/// recording). Kept apart rather than added: m + log s rounds to the precision of m, which for large
+/// logits loses the digits that x - m keeps.
 template <class T>
-[[nodiscard]] Tensor<T> logsumexp_keepdim(const Tensor<T>& x, int dim) {
+[[nodiscard]] std::pair<Tensor<T>, Tensor<T>> softmax_shift(const Tensor<T>& x, int dim) {
     Tensor<T> m = dl::detail::reduce(x, {dim}, true, dl::detail::extreme_acc<T, true>{}, "softmax");
     // An all -inf row has max -inf; shift by 0 instead so it gives -inf rather than NaN.
     m = where(isfinite(m), m, T(0));
     Tensor<T> s = dl::detail::reduce(exp(x - m.expand(x.shape())), {dim}, true, dl::detail::sum_acc<T>{}, "softmax");
-    return m + log(s);
+    s = log(s);
+    return {m.expand(x.shape()), s.expand(x.shape())};
 }
 }  // namespace autograd::detail
 
@@ -26,7 +30,8 @@ template <class T>
     Tensor<T> out(x.shape(), x.context());
     {
         no_grad off(x.context());
-        assign(out, x - autograd::detail::logsumexp_keepdim(x, d).expand(x.shape()));
+        const auto [m, log_s] = autograd::detail::softmax_shift(x, d);
+        assign(out, x - m - log_s);
     }
     if (autograd::records(x))
         autograd::record(
@@ -46,7 +51,8 @@ template <class T>
     Tensor<T> out(x.shape(), x.context());
     {
         no_grad off(x.context());
-        assign(out, exp(x - autograd::detail::logsumexp_keepdim(x, d).expand(x.shape())));
+        const auto [m, log_s] = autograd::detail::softmax_shift(x, d);
+        assign(out, exp(x - m - log_s));
     }
     if (autograd::records(x))
         autograd::record(

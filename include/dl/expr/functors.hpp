@@ -43,7 +43,7 @@ inline constexpr bool integral = std::is_integral_v<V>;
             return Value;                                                    \
         }                                                                    \
         template <std::size_t I, class V>                                    \
-        DL_HOST_DEVICE DL_INLINE V partial(const V& x) const {               \
+        DL_HOST_DEVICE DL_INLINE V partial([[maybe_unused]] const V& x) const { \
             return V(Derivative);                                            \
         }                                                                    \
     }
@@ -56,7 +56,7 @@ inline constexpr bool integral = std::is_integral_v<V>;
             return Value;                                                               \
         }                                                                               \
         template <std::size_t I, class V>                                               \
-        DL_HOST_DEVICE DL_INLINE V partial(const V& a, const V& b) const {              \
+        DL_HOST_DEVICE DL_INLINE V partial([[maybe_unused]] const V& a, [[maybe_unused]] const V& b) const { \
             if constexpr (I == 0)                                                       \
                 return V(DerivativeA);                                                  \
             else                                                                        \

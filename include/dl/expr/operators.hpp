@@ -165,11 +165,22 @@ template <expression E>
         return Tensor<value_t<E>>(std::forward<E>(e));
 }
 
+namespace detail {
+/// In-place arithmetic on a leaf that requires grad (a parameter) is refused while gradients are on,
+/// as in PyTorch: the optimizer would not see the change, and backward would use the wrong values.
+template <class T>
+void check_in_place(const Tensor<T>& t, const char* op) {
+    if (t.requires_grad() && t.is_leaf() && t.context().grad_enabled())
+        fail("dl: operator", op, " on a leaf tensor that requires grad; update parameters under dl::no_grad");
+}
+}  // namespace detail
+
 // --- compound assignment: t op= e is t = t op e (in place unless it records for autograd) ---
 #define DL_COMPOUND(sym, Op)                                                       \
     template <class T, class E>                                                    \
         requires(expression<E> || scalar<E>)                                       \
     Tensor<T>& operator sym(Tensor<T>& t, E&& e) {                                 \
+        detail::check_in_place(t, #sym);                                           \
         return t = detail::make_binary(ops::Op{}, t, std::forward<E>(e));          \
     }                                                                              \
     template <class T, class E>                                                    \

@@ -32,12 +32,12 @@ void check_same_shape(const Tensor<T>& a, const Tensor<T>& b, std::string_view l
 template <class T>
 [[nodiscard]] Tensor<T> mse_loss(const Tensor<T>& input, const Tensor<T>& target, reduction r = reduction::mean) {
     detail::check_same_shape(input, target, "mse_loss");
-    return detail::reduce_loss(square(input - target), r);
+    return detail::reduce_loss(dl::square(input - target), r);
 }
 template <class T>
 [[nodiscard]] Tensor<T> l1_loss(const Tensor<T>& input, const Tensor<T>& target, reduction r = reduction::mean) {
     detail::check_same_shape(input, target, "l1_loss");
-    return detail::reduce_loss(abs(input - target), r);
+    return detail::reduce_loss(dl::abs(input - target), r);
 }
 /// Quadratic below beta, linear above (Huber loss divided by beta), as PyTorch's smooth_l1_loss.
 template <class T>
@@ -46,14 +46,14 @@ template <class T>
     detail::check_same_shape(input, target, "smooth_l1_loss");
     if (!(beta > 0)) dl::detail::fail("dl::nn::smooth_l1_loss: beta must be positive, got ", beta);
     const auto d = input - target;
-    return detail::reduce_loss(where(abs(d) < T(beta), square(d) * T(0.5 / beta), abs(d) - T(0.5 * beta)), r);
+    return detail::reduce_loss(dl::where(dl::abs(d) < T(beta), dl::square(d) * T(0.5 / beta), dl::abs(d) - T(0.5 * beta)), r);
 }
 /// Binary cross-entropy on logits, in the stable form softplus(x) - x·y.
 template <class T>
 [[nodiscard]] Tensor<T> binary_cross_entropy_with_logits(const Tensor<T>& logits, const Tensor<T>& target,
                                                          reduction r = reduction::mean) {
     detail::check_same_shape(logits, target, "binary_cross_entropy_with_logits");
-    return detail::reduce_loss(softplus(logits) - logits * target, r);
+    return detail::reduce_loss(dl::softplus(logits) - logits * target, r);
 }
 
 struct cross_entropy_options {
