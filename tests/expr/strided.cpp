@@ -73,8 +73,8 @@ TEST_CASE("arithmetic on views equals arithmetic on contiguous copies, exactly")
     check_views([](const auto& x) { return x >= 0.0f; }, exact, "x >= 0");
     check_views([](const auto& x) { return dl::cast<std::int32_t>(x * 10.0f); }, exact, "cast<int32>(10 x)");
     // dl's own float kernels run the same formulas on either path; bitwise equal on AVX2+FMA, but with
-    // AVX-512 GCC contracts the scalar and vector code differently (1-2 ulp apart), so allow ~8 ulp.
-    check_views([](const auto& x) { return dl::exp(x) + dl::sigmoid(x) * dl::tanh(x); }, tolerance{1e-6, 0},
+    // AVX-512 GCC contracts the scalar and vector code differently (a few ulp apart, more where the sum cancels).
+    check_views([](const auto& x) { return dl::exp(x) + dl::sigmoid(x) * dl::tanh(x); }, tolerance{1e-6, 1e-7},
                 "exp(x) + sigmoid(x) tanh(x)");
 }
 
