@@ -13,6 +13,13 @@ namespace {
 // Defaults of the issue: one thread everywhere.
 dl::context_options one_thread() { return {.seed = 1, .threads = 1}; }
 
+/// The 16-64-64-4 tanh MLP of an agent inside a simulation.
+auto small_mlp(dl::Context& ctx) {
+    return dl::nn::sequential{dl::nn::linear<float>(16, 64, true, ctx), dl::nn::tanh{},
+                              dl::nn::linear<float>(64, 64, true, ctx), dl::nn::tanh{},
+                              dl::nn::linear<float>(64, 4, true, ctx)};
+}
+
 void train_mlp_784_256_128_10_adam_b32(benchmark::State& state) {
     dl::Context ctx(one_thread());
     dl::nn::sequential model{dl::nn::linear<float>(784, 256, true, ctx), dl::nn::relu{},
@@ -34,9 +41,7 @@ BENCHMARK(train_mlp_784_256_128_10_adam_b32)->UseRealTime();
 
 void train_mlp_16_64_64_4_sgd_b1(benchmark::State& state) {
     dl::Context ctx(one_thread());
-    dl::nn::sequential model{dl::nn::linear<float>(16, 64, true, ctx), dl::nn::tanh{},
-                             dl::nn::linear<float>(64, 64, true, ctx), dl::nn::tanh{},
-                             dl::nn::linear<float>(64, 4, true, ctx)};
+    auto model = small_mlp(ctx);
     dl::nn::sgd<float> opt(dl::nn::parameters(model), {.lr = 1e-3});
     const auto x = dl::normal<float>({1, 16}, 0, 1, ctx), y = dl::normal<float>({1, 4}, 0, 1, ctx);
     for (auto _ : state) {
@@ -51,9 +56,7 @@ BENCHMARK(train_mlp_16_64_64_4_sgd_b1)->UseRealTime();
 
 void infer_mlp_16_64_64_4_b1(benchmark::State& state) {
     dl::Context ctx(one_thread());
-    dl::nn::sequential model{dl::nn::linear<float>(16, 64, true, ctx), dl::nn::tanh{},
-                             dl::nn::linear<float>(64, 64, true, ctx), dl::nn::tanh{},
-                             dl::nn::linear<float>(64, 4, true, ctx)};
+    auto model = small_mlp(ctx);
     const auto x = dl::normal<float>({1, 16}, 0, 1, ctx);
     dl::no_grad off(ctx);
     for (auto _ : state) {

@@ -19,6 +19,17 @@
 #include <string_view>
 #include <vector>
 
+/// The element types every core test runs over (TEST_CASE_TEMPLATE).
+#define DL_ELEMENT_TYPES float, double, std::int32_t, std::int64_t, std::uint8_t, bool
+
+/// CHECK that dl::autograd::gradcheck(args...) passes, reporting its message.
+#define CHECK_GRAD(...)                                                \
+    do {                                                               \
+        const auto grad_result_ = dl::autograd::gradcheck(__VA_ARGS__); \
+        INFO(grad_result_.message);                                    \
+        CHECK(grad_result_.ok);                                        \
+    } while (0)
+
 namespace dl_test {
 
 /// True when DL_TEST_QUICK is set (and not "0"): the sanitizer build asks heavy tests to shrink.

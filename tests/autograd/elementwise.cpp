@@ -14,13 +14,6 @@ dl::Context& ctx() {
 Tensor<double> randn(const dl::Shape& s) { return dl::normal<double>(s, 0, 1, ctx()); }
 Tensor<double> positive(const dl::Shape& s) { return dl::uniform<double>(s, 0.5, 2.0, ctx()); }
 
-#define CHECK_GRAD(...)                        \
-    do {                                       \
-        const auto grad_result_ = gradcheck(__VA_ARGS__); \
-        INFO(grad_result_.message);            \
-        CHECK(grad_result_.ok);                \
-    } while (0)
-
 }  // namespace
 
 TEST_CASE("unary ops: backward matches finite differences") {

@@ -4,20 +4,12 @@
 namespace {
 
 using dl::Tensor;
-using dl::autograd::gradcheck;
 
 dl::Context& ctx() {
     static dl::Context c({.seed = 5, .threads = 2});
     return c;
 }
 Tensor<double> randn(const dl::Shape& s) { return dl::normal<double>(s, 0, 1, ctx()); }
-
-#define CHECK_GRAD(...)                        \
-    do {                                       \
-        const auto grad_result_ = gradcheck(__VA_ARGS__); \
-        INFO(grad_result_.message);            \
-        CHECK(grad_result_.ok);                \
-    } while (0)
 
 }  // namespace
 

@@ -10,8 +10,6 @@ using dl::Tensor;
 using dl_test::error_message;
 using dl_test::to_vector;
 
-#define DL_ELEMENT_TYPES float, double, std::int32_t, std::int64_t, std::uint8_t, bool
-
 namespace {
 template <class T>
 bool bitwise_equal(const Tensor<T>& a, const Tensor<T>& b) {

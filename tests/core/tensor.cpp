@@ -9,8 +9,6 @@ using dl::Tensor;
 using dl_test::error_message;
 using dl_test::to_vector;
 
-#define DL_ELEMENT_TYPES float, double, std::int32_t, std::int64_t, std::uint8_t, bool
-
 namespace {
 /// A value of T that differs between neighbouring i (within what T can hold).
 template <class T>

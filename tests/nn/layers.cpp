@@ -4,14 +4,6 @@
 namespace {
 
 using dl::Tensor;
-using dl::autograd::gradcheck;
-
-#define CHECK_GRAD(...)                        \
-    do {                                       \
-        const auto grad_result_ = gradcheck(__VA_ARGS__); \
-        INFO(grad_result_.message);            \
-        CHECK(grad_result_.ok);                \
-    } while (0)
 
 /// A model written as a struct with layer members.
 struct two_layer {

@@ -135,12 +135,18 @@ void send_gradient(const E& e, const G& g) {
     }(std::make_index_sequence<leaf_count<E>>{});
 }
 
+/// Some tensor of e requires grad.
+template <class E>
+[[nodiscard]] bool any_requires_grad(const E& e) {
+    bool any = false;
+    dl::detail::for_each_tensor(e, [&](const auto& t) { any = any || t.requires_grad(); });
+    return any;
+}
+
 /// Some tensor of e requires grad and e's Context records.
 template <class E>
 [[nodiscard]] bool expression_records(const E& e) {
-    bool any = false;
-    dl::detail::for_each_tensor(e, [&](const auto& t) { any = any || t.requires_grad(); });
-    if (!any) return false;
+    if (!any_requires_grad(e)) return false;
     Context* ctx = context_of(e);
     return (ctx ? *ctx : default_context()).grad_enabled();
 }
@@ -173,7 +179,7 @@ void assign_expression(Tensor<T>& out, E&& e, bool into_view) {
         // (`y = f(y)` rebinds y in Python too).
         const Shape shape = out.defined() ? out.shape() : shape_of(e);
         if constexpr (is_floating_element<T> && detail::differentiable<E>) {
-            if (enabled && detail::expression_records(e)) {
+            if (enabled && detail::any_requires_grad(e)) {
                 if (into_view)
                     detail::fail("dl: writing an expression that requires grad into a view of shape ", out.shape(),
                                  " is not supported by autograd yet; build the result as a new tensor");

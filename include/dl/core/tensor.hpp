@@ -8,6 +8,8 @@
 //                       a null Tensor (default-constructed) is allocated instead.
 //   t.slice(0, 1, 3) = 0.0f;   writes into part of t.
 //   Tensor<float> u = a + b;   allocates u and evaluates into it.
+//   With autograd, when an operand requires grad, `t = expr` records the op and gives t new storage
+//   instead (values saved for backward are never overwritten); see autograd/elementwise.hpp.
 //   t = other_tensor;  rebinds the handle (lvalue), but copies elements into a temporary view:
 //                       t.slice(...) = other is an element copy, as in PyTorch.
 // Use clone() for an independent copy.
