@@ -32,28 +32,43 @@ void check_matrix(const Tensor<T>& t, std::string_view op, std::string_view what
 
 }  // namespace autograd::detail
 
-/// a·b for matrices a [M, K] and b [K, N].
+/// a·b for matrices a [M, K] and b [K, N], or batches of them: a [B, M, K] and b [B, K, N] give
+/// [B, M, N] (one product per batch entry).
 template <class T>
 [[nodiscard]] Tensor<T> matmul(const Tensor<T>& a, const Tensor<T>& b) {
-    autograd::detail::check_matrix(a, "matmul", "a");
-    autograd::detail::check_matrix(b, "matmul", "b");
-    if (a.shape()[1] != b.shape()[0])
-        detail::fail("dl::matmul: shapes ", a.shape(), " and ", b.shape(), " do not multiply (", a.shape()[1],
-                     " != ", b.shape()[0], ")");
-    Tensor<T> out({a.shape()[0], b.shape()[1]}, a.context());
-    autograd::detail::gemm_into(out, false, a, b);
+    const int rank = a.rank();
+    if ((rank != 2 && rank != 3) || b.rank() != rank || (rank == 3 && a.shape()[0] != b.shape()[0]) ||
+        a.shape()[rank - 1] != b.shape()[rank - 2])
+        detail::fail("dl::matmul: shapes ", a.shape(), " and ", b.shape(),
+                     " do not multiply (matrices [M, K]·[K, N], or batches [B, M, K]·[B, K, N])");
+    Shape shape = a.shape();
+    shape[rank - 1] = b.shape()[rank - 1];
+    Tensor<T> out(shape, a.context());
+    // Calls f(c, x, y) for each matrix product c = x·y of the batch.
+    auto each_product = [rank](const Tensor<T>& c, const Tensor<T>& x, const Tensor<T>& y, auto&& f) {
+        if (rank == 2) return f(c, x, y);
+        for (std::int64_t i = 0; i < c.shape()[0]; ++i) f(c.select(0, i), x.select(0, i), y.select(0, i));
+    };
+    auto t = [rank](const Tensor<T>& m) { return m.transpose(rank - 2, rank - 1); };
+    each_product(out, a.detach(), b.detach(),
+                 [](const Tensor<T>& c, const Tensor<T>& x, const Tensor<T>& y) { autograd::detail::gemm_into(c, false, x, y); });
     if constexpr (is_floating_element<T>) {
         if (autograd::any_records(a, b))
             autograd::record(
                 out,
-                [](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>& y) {
+                [each_product, t](const Tensor<T>& g, const Tensor<T>& x, const Tensor<T>& y) {
+                    auto product = [](bool add) {
+                        return [add](const Tensor<T>& c, const Tensor<T>& p, const Tensor<T>& q) {
+                            autograd::detail::gemm_into(c, add, p, q);
+                        };
+                    };
                     if (auto* n = autograd::node_of(x)) {
                         auto [dst, add] = autograd::detail::product_target(*n);
-                        autograd::detail::gemm_into(dst, add, g, y.t());
+                        each_product(dst, g, t(y.detach()), product(add));
                     }
                     if (auto* n = autograd::node_of(y)) {
                         auto [dst, add] = autograd::detail::product_target(*n);
-                        autograd::detail::gemm_into(dst, add, x.t(), g);
+                        each_product(dst, t(x.detach()), g, product(add));
                     }
                 },
                 a, b);

@@ -156,6 +156,12 @@ template <class T>
     return n.grad;
 }
 
+/// Saved inputs may be a list of tensors (for ops over any number of them, like cat).
+template <class S>
+inline constexpr bool is_tensor_list = false;
+template <class U>
+inline constexpr bool is_tensor_list<std::vector<Tensor<U>>> = true;
+
 /// The node of an op's result: Backward is called as backward(grad, inputs...) with the result's
 /// gradient and the saved input tensors, and sends gradients to the inputs that require grad.
 template <class T, class Backward, class... Inputs>
@@ -183,7 +189,11 @@ private:
             dl::detail::for_each_tensor(saved, [&](const auto& t) {
                 if (t.grad_link()) stack.push_back(static_cast<node*>(t.grad_link()));
             });
+        else if constexpr (is_tensor_list<Saved>)
+            for (const auto& t : saved)
+                if (t.grad_link()) stack.push_back(static_cast<node*>(t.grad_link()));
     }
+
 
     std::optional<std::tuple<Backward, Inputs...>> saved_;
 };

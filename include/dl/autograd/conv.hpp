@@ -1,0 +1,349 @@
+#pragma once
+// 2-D convolution and pooling over NCHW tensors, with their backward. Convolution lowers each image to
+// columns (im2col) and multiplies by the weight with the matmul kernel; its backward multiplies the
+// other way and folds columns back (col2im). Pooling keeps the winning position of each max window
+// for its backward. The loops here are plain and correct; the CPU GEMM/convolution issue replaces the
+// hot paths (direct 3x3, fused epilogues, vectorised pooling).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string_view>
+
+#include "linalg.hpp"
+
+namespace dl {
+
+/// A pair of extents (height, width); one number means both.
+struct extent2 {
+    constexpr extent2(std::int64_t both) noexcept : h(both), w(both) {}  // NOLINT: 3 reads as {3, 3}
+    constexpr extent2(std::int64_t height, std::int64_t width) noexcept : h(height), w(width) {}
+    std::int64_t h, w;
+};
+
+struct conv2d_options {
+    extent2 stride = 1, padding = 0, dilation = 1;
+    std::int64_t groups = 1;
+};
+
+struct pool2d_options {
+    extent2 kernel;
+    std::optional<extent2> stride = {};  ///< default: the kernel size
+    extent2 padding = 0;
+    bool count_include_pad = true;  ///< avg_pool2d: divide by the full window, padding included
+};
+
+namespace autograd::detail {
+
+/// Output extent of a sliding window (floor mode).
+[[nodiscard]] inline std::int64_t window_count(std::int64_t in, std::int64_t kernel, std::int64_t stride,
+                                               std::int64_t padding, std::int64_t dilation) {
+    return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+/// The geometry of a convolution or pooling window over one [C, H, W] image.
+struct window_geometry {
+    std::int64_t channels, h, w, kh, kw, oh, ow;
+    extent2 stride, padding, dilation;
+    [[nodiscard]] std::int64_t column_rows() const noexcept { return channels * kh * kw; }
+    [[nodiscard]] std::int64_t column_cols() const noexcept { return oh * ow; }
+};
+
+/// Lowers image (strides sc, sh, sw) to col [C*kh*kw, oh*ow] (contiguous); padding reads as zero.
+template <class T>
+void im2col(const T* image, std::int64_t sc, std::int64_t sh, std::int64_t sw, const window_geometry& g, T* col) {
+    for (std::int64_t c = 0; c < g.channels; ++c)
+        for (std::int64_t i = 0; i < g.kh; ++i)
+            for (std::int64_t j = 0; j < g.kw; ++j) {
+                T* row = col + ((c * g.kh + i) * g.kw + j) * g.oh * g.ow;
+                for (std::int64_t y = 0; y < g.oh; ++y) {
+                    const std::int64_t ih = y * g.stride.h - g.padding.h + i * g.dilation.h;
+                    T* out = row + y * g.ow;
+                    if (ih < 0 || ih >= g.h) {
+                        std::fill(out, out + g.ow, T(0));
+                        continue;
+                    }
+                    const T* in = image + c * sc + ih * sh;
+                    for (std::int64_t x = 0; x < g.ow; ++x) {
+                        const std::int64_t iw = x * g.stride.w - g.padding.w + j * g.dilation.w;
+                        out[x] = iw >= 0 && iw < g.w ? in[iw * sw] : T(0);
+                    }
+                }
+            }
+}
+
+/// The adjoint of im2col: adds each column entry back onto the contiguous image [C, H, W].
+template <class T>
+void col2im(const T* col, const window_geometry& g, T* image) {
+    for (std::int64_t c = 0; c < g.channels; ++c)
+        for (std::int64_t i = 0; i < g.kh; ++i)
+            for (std::int64_t j = 0; j < g.kw; ++j) {
+                const T* row = col + ((c * g.kh + i) * g.kw + j) * g.oh * g.ow;
+                for (std::int64_t y = 0; y < g.oh; ++y) {
+                    const std::int64_t ih = y * g.stride.h - g.padding.h + i * g.dilation.h;
+                    if (ih < 0 || ih >= g.h) continue;
+                    T* out = image + (c * g.h + ih) * g.w;
+                    for (std::int64_t x = 0; x < g.ow; ++x) {
+                        const std::int64_t iw = x * g.stride.w - g.padding.w + j * g.dilation.w;
+                        if (iw >= 0 && iw < g.w) out[iw] += row[y * g.ow + x];
+                    }
+                }
+            }
+}
+
+template <class T>
+void check_images(const Tensor<T>& x, std::string_view op) {
+    if (x.rank() != 4) dl::detail::fail("dl::", op, ": expected input [N, C, H, W], got shape ", x.shape());
+}
+
+inline void check_positive(extent2 e, std::string_view op, std::string_view what, std::int64_t least = 1) {
+    if (e.h < least || e.w < least)
+        dl::detail::fail("dl::", op, ": ", what, " must be at least ", least, ", got (", e.h, ", ", e.w, ")");
+}
+
+}  // namespace autograd::detail
+
+/// Cross-correlation of x [N, C, H, W] with weight [O, C / groups, kh, kw], plus bias [O] when given
+/// (may be a null tensor): the result is [N, O, OH, OW], as torch.nn.functional.conv2d.
+template <class T>
+[[nodiscard]] Tensor<T> conv2d(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias = {},
+                               conv2d_options o = {}) {
+    using namespace autograd::detail;
+    static_assert(is_floating_element<T>, "dl::conv2d: needs a floating tensor");
+    check_images(x, "conv2d");
+    if (weight.rank() != 4) detail::fail("dl::conv2d: expected weight [O, C/groups, kh, kw], got shape ", weight.shape());
+    check_positive(o.stride, "conv2d", "stride");
+    check_positive(o.dilation, "conv2d", "dilation");
+    check_positive(o.padding, "conv2d", "padding", 0);
+    const std::int64_t n = x.shape()[0], c = x.shape()[1], out_channels = weight.shape()[0], groups = o.groups;
+    if (groups < 1 || c % groups != 0 || out_channels % groups != 0 || weight.shape()[1] * groups != c)
+        detail::fail("dl::conv2d: input ", x.shape(), " and weight ", weight.shape(), " do not match with ", groups,
+                     " group(s) (weight dimension 1 must be channels / groups)");
+    if (bias.defined() && (bias.rank() != 1 || bias.shape()[0] != out_channels))
+        detail::fail("dl::conv2d: bias of shape ", bias.shape(), " for ", out_channels, " output channels");
+    const window_geometry geo{c,
+                              x.shape()[2],
+                              x.shape()[3],
+                              weight.shape()[2],
+                              weight.shape()[3],
+                              window_count(x.shape()[2], weight.shape()[2], o.stride.h, o.padding.h, o.dilation.h),
+                              window_count(x.shape()[3], weight.shape()[3], o.stride.w, o.padding.w, o.dilation.w),
+                              o.stride,
+                              o.padding,
+                              o.dilation};
+    if (geo.oh <= 0 || geo.ow <= 0)
+        detail::fail("dl::conv2d: the kernel ", weight.shape(), " does not fit the padded input ", x.shape());
+
+    Context& ctx = x.context();
+    Tensor<T> out({n, out_channels, geo.oh, geo.ow}, ctx);
+    {
+        no_grad off(ctx);
+        const std::int64_t rows = geo.column_rows() / groups, og = out_channels / groups;
+        const Tensor<T> w = weight.detach().reshape({out_channels, rows});
+        Tensor<T> col({geo.column_rows(), geo.column_cols()}, ctx);
+        const auto& s = x.strides();
+        if (bias.defined()) assign(out, bias.detach().reshape({out_channels, 1, 1}));
+        for (std::int64_t i = 0; i < n; ++i) {
+            im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
+            const Tensor<T> y = out.select(0, i).reshape({out_channels, geo.column_cols()});
+            for (std::int64_t g = 0; g < groups; ++g)
+                gemm_into(y.slice(0, g * og, (g + 1) * og), bias.defined(), w.slice(0, g * og, (g + 1) * og),
+                          col.slice(0, g * rows, (g + 1) * rows));
+        }
+    }
+    if (autograd::any_records(x, weight, bias))
+        autograd::record(
+            out,
+            [geo, groups](const Tensor<T>& grad, const Tensor<T>& in, const Tensor<T>& wt, const Tensor<T>& b) {
+                const Tensor<T> g = grad.contiguous();
+                const std::int64_t images = in.shape()[0], outs = wt.shape()[0], og = outs / groups;
+                const std::int64_t rows = geo.column_rows() / groups, cols = geo.column_cols();
+                Context& ctx = in.context();
+                Tensor<T> col({geo.column_rows(), cols}, ctx);
+                auto* x_node = autograd::node_of(in);
+                auto* w_node = autograd::node_of(wt);
+                const Tensor<T> w = wt.detach().reshape({outs, rows});
+                Tensor<T> dw;
+                bool add_w = false;
+                if (w_node) {
+                    auto [dst, add] = product_target(*w_node);
+                    dw = dst.reshape({outs, rows});
+                    add_w = add;
+                }
+                const auto& s = in.strides();
+                for (std::int64_t i = 0; i < images; ++i) {
+                    const Tensor<T> gi = g.select(0, i).reshape({outs, cols});
+                    if (w_node) {
+                        im2col(in.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
+                        for (std::int64_t k = 0; k < groups; ++k)
+                            gemm_into(dw.slice(0, k * og, (k + 1) * og), add_w || i > 0,
+                                      gi.slice(0, k * og, (k + 1) * og), col.slice(0, k * rows, (k + 1) * rows).t());
+                    }
+                    if (x_node) {
+                        for (std::int64_t k = 0; k < groups; ++k)
+                            gemm_into(col.slice(0, k * rows, (k + 1) * rows), false,
+                                      w.slice(0, k * og, (k + 1) * og).t(), gi.slice(0, k * og, (k + 1) * og));
+                        col2im(col.data(), geo, autograd::grad_buffer(*x_node).select(0, i).data());
+                    }
+                }
+                if (auto* n = autograd::node_of(b)) autograd::accumulate(*n, sum(g, {0, 2, 3}));
+            },
+            x, weight, bias);
+    return out;
+}
+
+namespace autograd::detail {
+
+/// Output size and window placement of a pooling op over x [N, C, H, W].
+[[nodiscard]] inline window_geometry pool_geometry(const Shape& x, const pool2d_options& o, std::string_view op) {
+    const extent2 stride = o.stride.value_or(o.kernel);
+    check_positive(o.kernel, op, "kernel");
+    check_positive(stride, op, "stride");
+    check_positive(o.padding, op, "padding", 0);
+    if (o.padding.h * 2 > o.kernel.h || o.padding.w * 2 > o.kernel.w)
+        dl::detail::fail("dl::", op, ": padding (", o.padding.h, ", ", o.padding.w,
+                         ") must be at most half the kernel (", o.kernel.h, ", ", o.kernel.w, ")");
+    window_geometry g{x[1],
+                      x[2],
+                      x[3],
+                      o.kernel.h,
+                      o.kernel.w,
+                      window_count(x[2], o.kernel.h, stride.h, o.padding.h, 1),
+                      window_count(x[3], o.kernel.w, stride.w, o.padding.w, 1),
+                      stride,
+                      o.padding,
+                      1};
+    if (g.oh <= 0 || g.ow <= 0)
+        dl::detail::fail("dl::", op, ": the window (", o.kernel.h, ", ", o.kernel.w, ") does not fit the input ", x);
+    return g;
+}
+
+/// The input window [h0, h1) x [w0, w1) of one average-pool output (clipped to the image) and the
+/// number its sum is divided by.
+struct average_window {
+    std::int64_t h0, h1, w0, w1, divisor;
+};
+
+/// Calls f(plane, y, x) for every output position of a pool over `planes` images of oh x ow.
+template <class F>
+void for_each_output(std::int64_t planes, std::int64_t oh, std::int64_t ow, F&& f) {
+    for (std::int64_t p = 0; p < planes; ++p)
+        for (std::int64_t y = 0; y < oh; ++y)
+            for (std::int64_t x = 0; x < ow; ++x) f(p, y, x);
+}
+
+/// An average pool whose window for output (y, x) is window(y, x), an average_window.
+template <class T, class Window>
+[[nodiscard]] Tensor<T> average_pool(const Tensor<T>& x, std::int64_t oh, std::int64_t ow, Window window) {
+    const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+    const Tensor<T> in = x.detach().contiguous();
+    Tensor<T> out({n, c, oh, ow}, x.context());
+    for_each_output(n * c, oh, ow, [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
+        const auto [h0, h1, w0, w1, divisor] = window(y, xx);
+        const T* plane = in.data() + p * h * w;
+        T total = 0;
+        for (std::int64_t i = h0; i < h1; ++i)
+            for (std::int64_t j = w0; j < w1; ++j) total += plane[i * w + j];
+        out.data()[(p * oh + y) * ow + xx] = total / static_cast<T>(divisor);
+    });
+    if (autograd::records(x))
+        autograd::record(
+            out,
+            [window](const Tensor<T>& grad, const Tensor<T>& src) {
+                const Tensor<T> g = grad.contiguous();
+                const std::int64_t planes = g.shape()[0] * g.shape()[1], gh = g.shape()[2], gw = g.shape()[3];
+                const std::int64_t h = src.shape()[2], w = src.shape()[3];
+                T* buffer = autograd::grad_buffer(*autograd::node_of(src)).data();
+                for_each_output(planes, gh, gw, [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
+                    const auto [h0, h1, w0, w1, divisor] = window(y, xx);
+                    const T share = g.data()[(p * gh + y) * gw + xx] / static_cast<T>(divisor);
+                    T* plane = buffer + p * h * w;
+                    for (std::int64_t i = h0; i < h1; ++i)
+                        for (std::int64_t j = w0; j < w1; ++j) plane[i * w + j] += share;
+                });
+            },
+            x);
+    return out;
+}
+
+}  // namespace autograd::detail
+
+/// Maximum over each kernel window of x [N, C, H, W]; padding reads as -inf. A NaN in a window wins.
+template <class T>
+[[nodiscard]] Tensor<T> max_pool2d(const Tensor<T>& x, const pool2d_options& o) {
+    using namespace autograd::detail;
+    static_assert(is_floating_element<T>, "dl::max_pool2d: needs a floating tensor");
+    check_images(x, "max_pool2d");
+    const window_geometry g = pool_geometry(x.shape(), o, "max_pool2d");
+    const std::int64_t planes = x.shape()[0] * g.channels;
+    const Tensor<T> in = x.detach().contiguous();
+    Tensor<T> out({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
+    Tensor<std::int32_t> winner({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
+    for (std::int64_t p = 0; p < planes; ++p) {
+        const T* plane = in.data() + p * g.h * g.w;
+        for (std::int64_t y = 0; y < g.oh; ++y)
+            for (std::int64_t xx = 0; xx < g.ow; ++xx) {
+                const std::int64_t h0 = y * g.stride.h - g.padding.h, w0 = xx * g.stride.w - g.padding.w;
+                T best = -std::numeric_limits<T>::infinity();
+                std::int64_t at = -1;
+                for (std::int64_t i = std::max<std::int64_t>(h0, 0); i < std::min(h0 + g.kh, g.h); ++i)
+                    for (std::int64_t j = std::max<std::int64_t>(w0, 0); j < std::min(w0 + g.kw, g.w); ++j) {
+                        const T v = plane[i * g.w + j];
+                        if (at < 0 || v > best || (v != v && best == best)) best = v, at = i * g.w + j;
+                    }
+                const std::int64_t k = (p * g.oh + y) * g.ow + xx;
+                out.data()[k] = best;
+                winner.data()[k] = static_cast<std::int32_t>(at);
+            }
+    }
+    if (autograd::records(x))
+        autograd::record(
+            out,
+            [](const Tensor<T>& grad, const Tensor<T>& src, const Tensor<std::int32_t>& win) {
+                const Tensor<T> g = grad.contiguous();
+                const std::int64_t per_plane = g.shape()[2] * g.shape()[3], plane = src.shape()[2] * src.shape()[3];
+                T* buffer = autograd::grad_buffer(*autograd::node_of(src)).data();
+                for (std::int64_t k = 0; k < g.numel(); ++k)
+                    buffer[(k / per_plane) * plane + win.data()[k]] += g.data()[k];
+            },
+            x, winner);
+    return out;
+}
+
+/// Mean over each kernel window of x [N, C, H, W]. With count_include_pad (the default, as PyTorch)
+/// padded positions count as zeros in the divisor.
+template <class T>
+[[nodiscard]] Tensor<T> avg_pool2d(const Tensor<T>& x, const pool2d_options& o) {
+    using namespace autograd::detail;
+    static_assert(is_floating_element<T>, "dl::avg_pool2d: needs a floating tensor");
+    check_images(x, "avg_pool2d");
+    const window_geometry g = pool_geometry(x.shape(), o, "avg_pool2d");
+    const bool include_pad = o.count_include_pad;
+    return average_pool(x, g.oh, g.ow, [g, include_pad](std::int64_t y, std::int64_t xx) {
+        const std::int64_t h0 = y * g.stride.h - g.padding.h, w0 = xx * g.stride.w - g.padding.w;
+        const std::int64_t h1 = std::min(h0 + g.kh, g.h + g.padding.h), w1 = std::min(w0 + g.kw, g.w + g.padding.w);
+        average_window win{std::max<std::int64_t>(h0, 0), std::min(h1, g.h), std::max<std::int64_t>(w0, 0),
+                           std::min(w1, g.w), (h1 - h0) * (w1 - w0)};
+        if (!include_pad) win.divisor = (win.h1 - win.h0) * (win.w1 - win.w0);
+        return win;
+    });
+}
+
+/// Mean pooling of x [N, C, H, W] to the output size: output (y, x) averages rows
+/// [floor(y·H/OH), ceil((y+1)·H/OH)) and the same for columns, as torch's adaptive_avg_pool2d.
+template <class T>
+[[nodiscard]] Tensor<T> adaptive_avg_pool2d(const Tensor<T>& x, extent2 output) {
+    using namespace autograd::detail;
+    static_assert(is_floating_element<T>, "dl::adaptive_avg_pool2d: needs a floating tensor");
+    check_images(x, "adaptive_avg_pool2d");
+    check_positive(output, "adaptive_avg_pool2d", "the output size");
+    const std::int64_t h = x.shape()[2], w = x.shape()[3];
+    if (h == 0 || w == 0) detail::fail("dl::adaptive_avg_pool2d: empty input of shape ", x.shape());
+    return average_pool(x, output.h, output.w, [h, w, output](std::int64_t y, std::int64_t xx) {
+        const std::int64_t h0 = y * h / output.h, h1 = ((y + 1) * h + output.h - 1) / output.h;
+        const std::int64_t w0 = xx * w / output.w, w1 = ((xx + 1) * w + output.w - 1) / output.w;
+        return average_window{h0, h1, w0, w1, (h1 - h0) * (w1 - w0)};
+    });
+}
+
+}  // namespace dl
