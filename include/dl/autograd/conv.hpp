@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <string_view>
 
 #include "linalg.hpp"
@@ -28,7 +27,7 @@ struct conv2d_options {
 
 struct pool2d_options {
     extent2 kernel;
-    std::optional<extent2> stride = {};  ///< default: the kernel size
+    extent2 stride = 0;  ///< 0: the kernel size
     extent2 padding = 0;
     bool count_include_pad = true;  ///< avg_pool2d: divide by the full window, padding included
 };
@@ -38,7 +37,8 @@ namespace autograd::detail {
 /// Output extent of a sliding window (floor mode).
 [[nodiscard]] inline std::int64_t window_count(std::int64_t in, std::int64_t kernel, std::int64_t stride,
                                                std::int64_t padding, std::int64_t dilation) {
-    return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
+    const std::int64_t room = in + 2 * padding - dilation * (kernel - 1) - 1;
+    return room < 0 ? 0 : room / stride + 1;
 }
 
 /// The geometry of a convolution or pooling window over one [C, H, W] image.
@@ -196,7 +196,7 @@ namespace autograd::detail {
 
 /// Output size and window placement of a pooling op over x [N, C, H, W].
 [[nodiscard]] inline window_geometry pool_geometry(const Shape& x, const pool2d_options& o, std::string_view op) {
-    const extent2 stride = o.stride.value_or(o.kernel);
+    const extent2 stride{o.stride.h ? o.stride.h : o.kernel.h, o.stride.w ? o.stride.w : o.kernel.w};
     check_positive(o.kernel, op, "kernel");
     check_positive(stride, op, "stride");
     check_positive(o.padding, op, "padding", 0);

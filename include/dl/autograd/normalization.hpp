@@ -116,9 +116,8 @@ template <class T>
     for (int d = 2; d < x.rank(); ++d) axes.push_back(d), per_channel.push_back(1);
     auto channel_view = [&](const Tensor<T>& t) { return t.defined() ? t.reshape(per_channel) : t; };
     if (!training) {
-        no_grad off(x.context());
-        const Tensor<T> mean = channel_view(running_mean).clone();
-        const Tensor<T> rstd = rsqrt(channel_view(running_var) + T(eps));
+        const Tensor<T> mean = channel_view(running_mean.detach()).clone();
+        const Tensor<T> rstd = rsqrt(channel_view(running_var.detach()) + T(eps));
         return autograd::detail::normalize(x, axes, mean, rstd, channel_view(weight), channel_view(bias), false);
     }
     const std::int64_t count = x.numel() / std::max<std::int64_t>(channels, 1);

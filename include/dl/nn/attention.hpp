@@ -50,7 +50,7 @@ public:
         // [N, len, E] -> [N * heads, len, d], projected with rows [k E, (k+1) E) of the packed weight.
         auto heads = [&](const Tensor<T>& x, std::int64_t k) {
             const std::int64_t len = x.shape()[1];
-            const Tensor<T> y = linear(x.reshape({n * len, e}), in_proj_weight.slice(0, k * e, (k + 1) * e),
+            const Tensor<T> y = dl::linear(x.reshape({n * len, e}), in_proj_weight.slice(0, k * e, (k + 1) * e),
                                        in_proj_bias.slice(0, k * e, (k + 1) * e));
             return y.reshape({n, len, heads_, d}).permute({0, 2, 1, 3}).reshape({n * heads_, len, d});
         };

@@ -45,7 +45,7 @@ struct recurrent_parameters {
             dl::detail::fail("dl::nn::", name, ": expected input [N, L, ", weight_ih.shape()[1], "], got shape ",
                              x.shape());
         const std::int64_t n = x.shape()[0], steps = x.shape()[1];
-        return linear(x.reshape({n * steps, x.shape()[2]}), weight_ih, bias_ih).reshape({n, steps, weight_ih.shape()[0]});
+        return dl::linear(x.reshape({n * steps, x.shape()[2]}), weight_ih, bias_ih).reshape({n, steps, weight_ih.shape()[0]});
     }
     [[nodiscard]] Tensor<T> initial_state(const Tensor<T>& given, std::int64_t n, std::string_view name) const {
         if (!given.defined()) return zeros<T>({n, hidden_size}, weight_ih.context());
@@ -81,7 +81,7 @@ public:
         std::vector<Tensor<T>> outputs;
         outputs.reserve(static_cast<std::size_t>(steps));
         for (std::int64_t t = 0; t < steps; ++t) {
-            const Tensor<T> gates = linear(h, p_.weight_hh, p_.bias_hh);
+            const Tensor<T> gates = dl::linear(h, p_.weight_hh, p_.bias_hh);
             const Tensor<T> xt = projected.select(1, t);
             auto gate = [&](std::int64_t k) { return xt.slice(1, k * hid, (k + 1) * hid) + gates.slice(1, k * hid, (k + 1) * hid); };
             // New tensors each step, never writes into the old state: outputs hold every step's h.
@@ -124,7 +124,7 @@ public:
         std::vector<Tensor<T>> outputs;
         outputs.reserve(static_cast<std::size_t>(steps));
         for (std::int64_t t = 0; t < steps; ++t) {
-            const Tensor<T> hg = linear(h, p_.weight_hh, p_.bias_hh);
+            const Tensor<T> hg = dl::linear(h, p_.weight_hh, p_.bias_hh);
             const Tensor<T> xt = projected.select(1, t);
             auto part = [hid](const Tensor<T>& g, std::int64_t k) { return g.slice(1, k * hid, (k + 1) * hid); };
             const auto z = dl::sigmoid(part(xt, 1) + part(hg, 1));

@@ -1,0 +1,208 @@
+// conv2d, pooling and normalization: values against direct scalar loops, gradients against finite
+// differences, edge cases (padding, dilation, groups, strided inputs, NaN) and bad shapes.
+#include "support.hpp"
+
+namespace {
+
+using dl::Tensor;
+
+dl::Context& ctx() {
+    static dl::Context c({.seed = 3, .threads = 2});
+    return c;
+}
+Tensor<double> randn(const dl::Shape& s) { return dl::normal<double>(s, 0, 1, ctx()); }
+
+/// The definition of a (cross-correlation) convolution, one output element at a time.
+Tensor<double> conv_reference(const Tensor<double>& x, const Tensor<double>& w, const Tensor<double>& b,
+                              const dl::conv2d_options& o) {
+    const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+    const std::int64_t oc = w.shape()[0], cg = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3];
+    const std::int64_t oh = (h + 2 * o.padding.h - o.dilation.h * (kh - 1) - 1) / o.stride.h + 1;
+    const std::int64_t ow = (wd + 2 * o.padding.w - o.dilation.w * (kw - 1) - 1) / o.stride.w + 1;
+    Tensor<double> out({n, oc, oh, ow});
+    const std::int64_t og = oc / o.groups;
+    (void)c;
+    for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t f = 0; f < oc; ++f)
+            for (std::int64_t y = 0; y < oh; ++y)
+                for (std::int64_t z = 0; z < ow; ++z) {
+                    double s = b.defined() ? b(f) : 0;
+                    for (std::int64_t ch = 0; ch < cg; ++ch)
+                        for (std::int64_t p = 0; p < kh; ++p)
+                            for (std::int64_t q = 0; q < kw; ++q) {
+                                const std::int64_t iy = y * o.stride.h - o.padding.h + p * o.dilation.h;
+                                const std::int64_t ix = z * o.stride.w - o.padding.w + q * o.dilation.w;
+                                if (iy >= 0 && iy < h && ix >= 0 && ix < wd)
+                                    s += x(i, (f / og) * cg + ch, iy, ix) * w(f, ch, p, q);
+                            }
+                    out(i, f, y, z) = s;
+                }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d matches the direct definition: stride, padding, dilation, groups, strided input") {
+    struct case_t {
+        dl::Shape x, w;
+        dl::conv2d_options o;
+    };
+    const case_t cases[] = {
+        {{2, 3, 6, 5}, {4, 3, 3, 3}, {}},
+        {{1, 2, 7, 7}, {3, 2, 3, 2}, {.stride = {2, 1}, .padding = {1, 0}}},
+        {{2, 4, 6, 6}, {6, 2, 3, 3}, {.padding = 2, .dilation = 2, .groups = 2}},
+        {{1, 3, 1, 1}, {2, 3, 1, 1}, {}},
+        {{1, 1, 5, 5}, {1, 1, 5, 5}, {.padding = 1}},
+        {{1, 4, 5, 4}, {4, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 4}},  // depthwise
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.x);
+        CAPTURE(c.w);
+        const auto x = randn(c.x), w = randn(c.w), b = randn({c.w[0]});
+        CHECK(dl_test::same_elements(dl::conv2d(x, w, b, c.o), conv_reference(x, w, b, c.o), 1e-12));
+        CHECK(dl_test::same_elements(dl::conv2d(x, w, {}, c.o), conv_reference(x, w, {}, c.o), 1e-12));
+        CHECK_GRAD([&](const auto& a, const auto& k, const auto& bb) { return dl::conv2d(a, k, bb, c.o); }, x, w, b);
+    }
+    // A channels-last view of the input (non-contiguous NCHW), in float.
+    const auto nhwc = dl::normal<float>({2, 5, 5, 3}, 0, 1, ctx());
+    const auto x = nhwc.permute({0, 3, 1, 2});
+    const auto w = dl::normal<float>({2, 3, 3, 3}, 0, 1, ctx());
+    const auto y = dl::conv2d(x, w, {}, {.padding = 1});
+    const auto ref = conv_reference(dl::cast<double>(x), dl::cast<double>(w), {}, {.padding = 1});
+    CHECK(dl_test::same_elements(y, ref, 1e-4));
+    CHECK_GRAD([](const auto& a, const auto& k) { return dl::conv2d(a.permute({0, 3, 1, 2}), k); },
+               randn({1, 4, 4, 2}), randn({2, 2, 2, 2}));
+}
+
+TEST_CASE("conv2d rejects shapes that do not fit, naming them") {
+    const auto x = randn({1, 3, 4, 4});
+    CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, randn({2, 2, 3, 3})); }).find("[1, 3, 4, 4]") !=
+          std::string::npos);
+    CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, randn({2, 3, 5, 5})); }).find("does not fit") !=
+          std::string::npos);
+    CHECK(dl_test::error_message([&] { (void)dl::conv2d(randn({3, 4, 4}), randn({2, 3, 3, 3})); })
+              .find("[N, C, H, W]") != std::string::npos);
+    CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, randn({2, 3, 3, 3}), randn({3})); }).find("bias") !=
+          std::string::npos);
+    CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, randn({2, 3, 3, 3}), {}, {.stride = 0}); })
+              .find("stride") != std::string::npos);
+}
+
+TEST_CASE("max_pool2d and avg_pool2d against scalar windows, with gradients") {
+    const auto x = randn({2, 3, 7, 6});
+    const dl::pool2d_options settings[] = {
+        {.kernel = 2}, {.kernel = 3, .stride = 2, .padding = 1}, {.kernel = {3, 2}, .stride = {1, 2}}, {.kernel = 1}};
+    for (const auto& o : settings) {
+        CAPTURE(o.kernel.h);
+        const dl::extent2 s{o.stride.h ? o.stride.h : o.kernel.h, o.stride.w ? o.stride.w : o.kernel.w};
+        const auto mx = dl::max_pool2d(x, o);
+        for (bool include_pad : {true, false}) {
+            auto oo = o;
+            oo.count_include_pad = include_pad;
+            const auto av = dl::avg_pool2d(x, oo);
+            REQUIRE(av.shape() == mx.shape());
+            bool same = true;
+            dl_test::for_each_index(mx.shape(), [&](const std::int64_t* p) {
+                double best = -1e300, total = 0;
+                std::int64_t valid = 0;
+                for (std::int64_t i = 0; i < o.kernel.h; ++i)
+                    for (std::int64_t j = 0; j < o.kernel.w; ++j) {
+                        const std::int64_t r = p[2] * s.h - o.padding.h + i, c = p[3] * s.w - o.padding.w + j;
+                        if (r < 0 || r >= 7 || c < 0 || c >= 6) continue;
+                        best = std::max(best, x(p[0], p[1], r, c));
+                        total += x(p[0], p[1], r, c);
+                        ++valid;
+                    }
+                const double divisor = include_pad ? double(o.kernel.h * o.kernel.w) : double(valid);
+                same = same && mx(p[0], p[1], p[2], p[3]) == best &&
+                       std::abs(av(p[0], p[1], p[2], p[3]) - total / divisor) < 1e-12;
+            });
+            CHECK(same);
+            CHECK_GRAD([&](const auto& a) { return dl::avg_pool2d(a, oo); }, x);
+        }
+        CHECK_GRAD([&](const auto& a) { return dl::max_pool2d(a, o); }, x);
+        CHECK_GRAD([&](const auto& a) { return dl::max_pool2d(a.transpose(2, 3), o); }, x);
+    }
+    // NaN wins its window, as in PyTorch; the gradient goes to it.
+    Tensor<float> n = dl::tensor<float>({{{{1, NAN}, {3, 2}}}}).requires_grad_();
+    const auto m = dl::max_pool2d(n, {.kernel = 2});
+    CHECK(std::isnan(m(0, 0, 0, 0)));
+    m.backward(dl::ones<float>({1, 1, 1, 1}));
+    CHECK(n.grad()(0, 0, 0, 1) == 1);
+    CHECK(n.grad()(0, 0, 1, 0) == 0);
+
+    CHECK(dl_test::error_message([&] { (void)dl::max_pool2d(x, {.kernel = 2, .padding = 2}); }).find("half") !=
+          std::string::npos);
+    CHECK(dl_test::error_message([&] { (void)dl::avg_pool2d(x, {.kernel = 8}); }).find("does not fit") !=
+          std::string::npos);
+}
+
+TEST_CASE("adaptive_avg_pool2d uses PyTorch's windows, including overlapping ones") {
+    const auto x = randn({1, 2, 5, 7});
+    for (auto [oh, ow] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {2, 3}, {5, 7}, {3, 4}}) {
+        CAPTURE(oh);
+        CAPTURE(ow);
+        const auto y = dl::adaptive_avg_pool2d(x, {oh, ow});
+        bool same = true;
+        dl_test::for_each_index(y.shape(), [&](const std::int64_t* p) {
+            const std::int64_t h0 = p[2] * 5 / oh, h1 = ((p[2] + 1) * 5 + oh - 1) / oh;
+            const std::int64_t w0 = p[3] * 7 / ow, w1 = ((p[3] + 1) * 7 + ow - 1) / ow;
+            double total = 0;
+            for (std::int64_t i = h0; i < h1; ++i)
+                for (std::int64_t j = w0; j < w1; ++j) total += x(p[0], p[1], i, j);
+            same = same && std::abs(y(p[0], p[1], p[2], p[3]) - total / double((h1 - h0) * (w1 - w0))) < 1e-12;
+        });
+        CHECK(same);
+        CHECK_GRAD([&](const auto& a) { return dl::adaptive_avg_pool2d(a, {oh, ow}); }, x);
+    }
+    // Global average pooling equals the mean over H and W.
+    CHECK(dl_test::same_elements(dl::adaptive_avg_pool2d(x, 1).reshape({1, 2}), dl::mean(x, {2, 3}), 1e-12));
+}
+
+TEST_CASE("layer_norm and batch_norm against the definition, with gradients") {
+    const auto x = randn({4, 3, 2, 5});
+    // layer_norm over the last two dimensions.
+    const auto w = randn({2, 5}), b = randn({2, 5});
+    const auto y = dl::layer_norm(x, 2, w, b, 1e-5);
+    for (std::int64_t i = 0; i < 4; ++i)
+        for (std::int64_t c = 0; c < 3; ++c) {
+            double m = 0, v = 0;
+            for (std::int64_t p = 0; p < 2; ++p)
+                for (std::int64_t q = 0; q < 5; ++q) m += x(i, c, p, q) / 10;
+            for (std::int64_t p = 0; p < 2; ++p)
+                for (std::int64_t q = 0; q < 5; ++q) v += (x(i, c, p, q) - m) * (x(i, c, p, q) - m) / 10;
+            for (std::int64_t p = 0; p < 2; ++p)
+                for (std::int64_t q = 0; q < 5; ++q)
+                    CHECK(y(i, c, p, q) == doctest::Approx((x(i, c, p, q) - m) / std::sqrt(v + 1e-5) * w(p, q) + b(p, q)));
+        }
+    CHECK_GRAD([](const auto& a, const auto& ww, const auto& bb) { return dl::layer_norm(a, 2, ww, bb); }, x, w, b);
+    CHECK_GRAD([](const auto& a) { return dl::layer_norm(a, 1); }, x);
+
+    // batch_norm over N, H, W per channel; running statistics move by momentum with the unbiased variance.
+    auto rm = dl::zeros<double>({3}), rv = dl::ones<double>({3});
+    const auto g = randn({3}), beta = randn({3});
+    const auto z = dl::batch_norm(x, rm, rv, g, beta, true, 0.25);
+    for (std::int64_t c = 0; c < 3; ++c) {
+        double m = 0, v = 0;
+        const double count = 4 * 2 * 5;
+        dl_test::for_each_index({4, 2, 5}, [&](const std::int64_t* p) { m += x(p[0], c, p[1], p[2]) / count; });
+        dl_test::for_each_index({4, 2, 5}, [&](const std::int64_t* p) {
+            v += (x(p[0], c, p[1], p[2]) - m) * (x(p[0], c, p[1], p[2]) - m) / count;
+        });
+        dl_test::for_each_index({4, 2, 5}, [&](const std::int64_t* p) {
+            CHECK(z(p[0], c, p[1], p[2]) ==
+                  doctest::Approx((x(p[0], c, p[1], p[2]) - m) / std::sqrt(v + 1e-5) * g(c) + beta(c)));
+        });
+        CHECK(rm(c) == doctest::Approx(0.25 * m));
+        CHECK(rv(c) == doctest::Approx(0.75 + 0.25 * v * count / (count - 1)));
+    }
+    CHECK_GRAD([&](const auto& a, const auto& gg, const auto& bb) { return dl::batch_norm(a, rm, rv, gg, bb, true); }, x, g, beta);
+    CHECK_GRAD([&](const auto& a, const auto& gg, const auto& bb) { return dl::batch_norm(a, rm, rv, gg, bb, false); }, x, g, beta);
+    CHECK_GRAD([&](const auto& a) { return dl::batch_norm(a, {}, {}, {}, {}, true); }, randn({5, 3}));
+
+    CHECK(dl_test::error_message([&] { (void)dl::batch_norm(randn({1, 3}), rm, rv, g, beta, true); })
+              .find("more than one value") != std::string::npos);
+    CHECK(dl_test::error_message([&] { (void)dl::batch_norm(x, {}, {}, g, beta, false); }).find("running") !=
+          std::string::npos);
+    CHECK(dl_test::error_message([&] { (void)dl::layer_norm(x, 1, w, b); }).find("[5]") != std::string::npos);
+}
