@@ -104,3 +104,103 @@ TEST_CASE("a small MLP's training step allocates nothing after the first, and re
     CHECK(train_small_mlp(1, nullptr) == first);
     CHECK(train_small_mlp(2, nullptr) == train_small_mlp(2, nullptr));
 }
+
+namespace {
+/// Runs `steps` optimizer steps on p (float, 11 elements: one SIMD batch and a tail) with gradient
+/// 2p + 0.3, and the same steps of `reference(x, g, step)` on a double copy; returns the largest
+/// relative difference.
+template <class Optimizer, class Reference>
+double optimizer_error(Tensor<float> p, Optimizer& opt, int steps, Reference reference) {
+    std::vector<double> x = dl_test::to_vector(dl::cast<double>(p.detach()).eval());
+    double worst = 0;
+    for (int step = 1; step <= steps; ++step) {
+        opt.zero_grad();
+        dl::sum(dl::square(p) + p * 0.3f).backward();
+        opt.step();
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            reference(x[i], 2 * x[i] + 0.3, i, step);
+            worst = std::max(worst, std::abs(double(p(static_cast<std::int64_t>(i))) - x[i]) / (std::abs(x[i]) + 1e-3));
+        }
+    }
+    return worst;
+}
+}  // namespace
+
+TEST_CASE("adagrad, rmsprop (plain, centered, momentum) and ftrl follow their reference updates") {
+    const int n = 11;
+    SUBCASE("adagrad") {
+        Tensor<float> p = dl::linspace<float>(-1, 1, n).requires_grad_();
+        dl::nn::adagrad<float> opt({p}, {.lr = 0.1, .lr_decay = 0.01, .weight_decay = 0.05, .initial_accumulator_value = 0.1});
+        std::vector<double> sum(n, 0.1);
+        CHECK(optimizer_error(p, opt, 5, [&](double& x, double g, std::size_t i, int step) {
+                  g += 0.05 * x;
+                  sum[i] += g * g;
+                  x -= 0.1 / (1 + (step - 1) * 0.01) * g / (std::sqrt(sum[i]) + 1e-10);
+              }) < 1e-5);
+    }
+    for (bool centered : {false, true})
+        for (double momentum : {0.0, 0.8}) {
+            CAPTURE(centered);
+            CAPTURE(momentum);
+            Tensor<float> p = dl::linspace<float>(-1, 1, n).requires_grad_();
+            dl::nn::rmsprop<float> opt({p}, {.lr = 0.01, .weight_decay = 0.02, .momentum = momentum, .centered = centered});
+            std::vector<double> sq(n, 0), ga(n, 0), buf(n, 0);
+            CHECK(optimizer_error(p, opt, 5, [&](double& x, double g, std::size_t i, int) {
+                      g += 0.02 * x;
+                      sq[i] = 0.99 * sq[i] + 0.01 * g * g;
+                      double avg = sq[i];
+                      if (centered) {
+                          ga[i] = 0.99 * ga[i] + 0.01 * g;
+                          avg -= ga[i] * ga[i];
+                      }
+                      const double denominator = std::sqrt(avg) + 1e-8;
+                      if (momentum != 0) {
+                          buf[i] = momentum * buf[i] + g / denominator;
+                          x -= 0.01 * buf[i];
+                      } else {
+                          x -= 0.01 * g / denominator;
+                      }
+                  }) < 1e-4);
+        }
+    SUBCASE("ftrl: the L1 term holds small weights at exactly zero") {
+        Tensor<float> p = dl::linspace<float>(-1, 1, n).requires_grad_();
+        dl::nn::ftrl<float> opt({p}, {.lr = 0.5, .beta = 1, .l1 = 0.8, .l2 = 0.1});
+        std::vector<double> z(n, 0), acc(n, 0);
+        CHECK(optimizer_error(p, opt, 6, [&](double& w, double g, std::size_t i, int) {
+                  const double grown = acc[i] + g * g;
+                  z[i] += g - (std::sqrt(grown) - std::sqrt(acc[i])) / 0.5 * w;
+                  acc[i] = grown;
+                  w = std::abs(z[i]) <= 0.8 ? 0 : -(z[i] - std::copysign(0.8, z[i])) / ((1 + std::sqrt(acc[i])) / 0.5 + 0.1);
+              }) < 1e-4);
+        int zeros = 0;
+        for (float v : dl_test::to_vector(p.detach())) zeros += v == 0.0f;
+        CHECK(zeros > 0);
+    }
+}
+
+TEST_CASE("learning-rate schedules: step, cosine, linear warmup") {
+    Tensor<float> p = dl::ones<float>({2}).requires_grad_();
+    dl::nn::sgd<float> opt({p}, {.lr = 1.0});
+    dl::nn::step_lr steps(opt, 2, 0.5);
+    std::vector<double> seen;
+    for (int i = 0; i < 5; ++i) steps.step(), seen.push_back(opt.lr());
+    CHECK(seen == std::vector<double>{1.0, 0.5, 0.5, 0.25, 0.25});
+
+    opt.set_lr(2.0);
+    dl::nn::cosine_lr cosine(opt, 4, 0.0);
+    cosine.step();
+    CHECK(opt.lr() == doctest::Approx(1 + std::cos(std::numbers::pi / 4)));
+    for (int i = 0; i < 3; ++i) cosine.step();
+    CHECK(opt.lr() == doctest::Approx(0).scale(1));
+    cosine.step();
+    CHECK(opt.lr() == doctest::Approx(0).scale(1));  // held after the period
+
+    opt.set_lr(1.0);
+    dl::nn::linear_warmup warm(opt, 4, 0.2);
+    CHECK(opt.lr() == doctest::Approx(0.2));
+    warm.step();
+    CHECK(opt.lr() == doctest::Approx(0.4));
+    for (int i = 0; i < 5; ++i) warm.step();
+    CHECK(opt.lr() == doctest::Approx(1.0));
+    CHECK(dl_test::error_message([&] { dl::nn::step_lr bad(opt, 0); }).find("step_size") != std::string::npos);
+}

@@ -4,8 +4,11 @@
 // both (SIMD over contiguous parameters), under no_grad. Updates run with denormals flushed to zero:
 // Adam's moments of rarely-updated weights decay into the denormal range, where x86 arithmetic is
 // ~100x slower.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
+#include <string_view>
 #include <vector>
 
 #if defined(__SSE__) || defined(_M_X64)
@@ -32,35 +35,35 @@ private:
 #endif
 };
 
-/// Runs update(V& p, V g, V& s0, V& s1) over the elements of a contiguous parameter, its gradient and
-/// up to two state tensors, on SIMD batches and then one scalar tail.
-template <class T, class Update>
-void for_each_element(Tensor<T>& p, const Tensor<T>& g, Tensor<T>* s0, Tensor<T>* s1, Update update) {
+/// Runs update(V& p, V g, V& state...) over the elements of a contiguous parameter, its gradient and
+/// its state tensors (same shape), on SIMD batches and then one scalar tail: ONE pass over memory.
+template <class T, class Update, class... State>
+    requires(std::is_same_v<State, Tensor<T>> && ...)
+void for_each_element(Tensor<T>& p, const Tensor<T>& g, Update update, State&... state) {
     const std::int64_t n = p.numel();
     T* pd = p.data();
     const T* gd = g.data();
-    T* a = s0 ? s0->data() : nullptr;
-    T* b = s1 ? s1->data() : nullptr;
     std::int64_t i = 0;
 #ifndef DL_NO_SIMD
     if constexpr (simd::has_batch<T>) {
-        using B = simd::batch<T>;
         constexpr int W = simd::width<T>;
         for (; i + W <= n; i += W) {
-            B pv = simd::load(pd + i), av = a ? simd::load(a + i) : B(T(0)), bv = b ? simd::load(b + i) : B(T(0));
-            update(pv, simd::load(gd + i), av, bv);
+            auto pv = simd::load(pd + i);
+            [&](auto... sv) {
+                update(pv, simd::load(gd + i), sv...);
+                (simd::store(state.data() + i, sv), ...);
+            }(simd::load(state.data() + i)...);
             simd::store(pd + i, pv);
-            if (a) simd::store(a + i, av);
-            if (b) simd::store(b + i, bv);
         }
     }
 #endif
     for (; i < n; ++i) {
-        T pv = pd[i], av = a ? a[i] : T(0), bv = b ? b[i] : T(0);
-        update(pv, gd[i], av, bv);
+        T pv = pd[i];
+        [&](auto... sv) {
+            update(pv, gd[i], sv...);
+            ((state.data()[i] = sv), ...);
+        }(state.data()[i]...);
         pd[i] = pv;
-        if (a) a[i] = av;
-        if (b) b[i] = bv;
     }
 }
 
@@ -104,6 +107,43 @@ double clip_grad_norm(const std::vector<Tensor<T>>& params, double max_norm) {
     return norm;
 }
 
+namespace detail {
+
+/// What every optimizer shares: the parameter handles, the options (with lr), the step count and
+/// the loop over parameters that have a gradient.
+template <class T, class Options>
+class optimizer {
+public:
+    void zero_grad() { nn::zero_grad(params_); }
+    void set_lr(double lr) noexcept { options_.lr = lr; }
+    [[nodiscard]] double lr() const noexcept { return options_.lr; }
+    [[nodiscard]] const Options& options() const noexcept { return options_; }
+    [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+    [[nodiscard]] const std::vector<Tensor<T>>& params() const noexcept { return params_; }
+
+protected:
+    optimizer(std::vector<Tensor<T>> params, const Options& options, std::string_view name)
+        : params_(std::move(params)), options_(options) {
+        check_parameters(params_, name);
+        if (!(options.lr >= 0)) dl::detail::fail("dl::nn::", name, ": lr must be >= 0, got ", options.lr);
+    }
+    /// Counts a step and calls f(parameter, gradient, index) for each parameter that has a gradient,
+    /// with denormals flushed to zero.
+    template <class F>
+    void for_each_parameter(F&& f) {
+        flush_denormals ftz;
+        ++steps_;
+        for (std::size_t i = 0; i < params_.size(); ++i)
+            if (Tensor<T> g = params_[i].grad(); g.defined()) f(params_[i], g, i);
+    }
+
+    std::vector<Tensor<T>> params_;
+    Options options_;
+    std::int64_t steps_ = 0;
+};
+
+}  // namespace detail
+
 struct sgd_options {
     double lr = 0.01, momentum = 0, weight_decay = 0, dampening = 0;
     bool nesterov = false;
@@ -111,39 +151,31 @@ struct sgd_options {
 
 /// Stochastic gradient descent with momentum, Nesterov momentum and L2 weight decay, as torch.optim.SGD.
 template <class T = float>
-class sgd {
+class sgd : public detail::optimizer<T, sgd_options> {
 public:
-    sgd(std::vector<Tensor<T>> params, sgd_options o) : params_(std::move(params)), o_(o) {
-        detail::check_parameters(params_, "sgd");
-        if (o.momentum != 0) velocity_ = detail::zeros_like_all(params_);
+    sgd(std::vector<Tensor<T>> params, sgd_options o) : detail::optimizer<T, sgd_options>(std::move(params), o, "sgd") {
+        if (o.momentum != 0) velocity_ = detail::zeros_like_all(this->params_);
     }
     void step() {
-        detail::flush_denormals ftz;
-        const T lr = T(o_.lr), wd = T(o_.weight_decay), mu = T(o_.momentum), damp = T(1 - o_.dampening);
-        const bool first = steps_++ == 0, nesterov = o_.nesterov;
-        for (std::size_t i = 0; i < params_.size(); ++i) {
-            Tensor<T> g = params_[i].grad();
-            if (!g.defined()) continue;
-            Tensor<T>* v = velocity_.empty() ? nullptr : &velocity_[i];
-            detail::for_each_element(params_[i], g, v, static_cast<Tensor<T>*>(nullptr), [&]<class V>(V& p, V d, V& b, V&) {
+        const sgd_options& o = this->options_;
+        const T lr = T(o.lr), wd = T(o.weight_decay), mu = T(o.momentum), damp = T(1 - o.dampening);
+        const bool first = this->steps_ == 0, nesterov = o.nesterov;
+        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
+            if (velocity_.empty()) {
+                detail::for_each_element(param, g, [&]<class V>(V& p, V d) { p = p - V(lr) * (d + V(wd) * p); });
+                return;
+            }
+            detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& b) {
                 d = d + V(wd) * p;
-                if (v) {
-                    b = first ? d : V(mu) * b + V(damp) * d;
-                    d = nesterov ? d + V(mu) * b : b;
-                }
+                b = first ? d : V(mu) * b + V(damp) * d;
+                d = nesterov ? d + V(mu) * b : b;
                 p = p - V(lr) * d;
-            });
-        }
+            }, velocity_[i]);
+        });
     }
-    void zero_grad() { nn::zero_grad(params_); }
-    void set_lr(double lr) noexcept { o_.lr = lr; }
-    [[nodiscard]] double lr() const noexcept { return o_.lr; }
-    [[nodiscard]] const std::vector<Tensor<T>>& params() const noexcept { return params_; }
 
 private:
-    std::vector<Tensor<T>> params_, velocity_;
-    sgd_options o_;
-    std::int64_t steps_ = 0;
+    std::vector<Tensor<T>> velocity_;
 };
 
 struct adam_options {
@@ -153,26 +185,22 @@ struct adam_options {
 
 /// Adam (Kingma & Ba) with bias correction; AdamW when decoupled_weight_decay, as torch.optim.
 template <class T = float>
-class adam {
+class adam : public detail::optimizer<T, adam_options> {
 public:
-    adam(std::vector<Tensor<T>> params, adam_options o = {}) : params_(std::move(params)), o_(o) {
-        detail::check_parameters(params_, "adam");
-        m_ = detail::zeros_like_all(params_);
-        v_ = detail::zeros_like_all(params_);
-    }
+    adam(std::vector<Tensor<T>> params, adam_options o = {})
+        : detail::optimizer<T, adam_options>(std::move(params), o, "adam"),
+          m_(detail::zeros_like_all(this->params_)),
+          v_(detail::zeros_like_all(this->params_)) {}
     void step() {
-        detail::flush_denormals ftz;
-        ++steps_;
-        const double c1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
-        const double c2 = 1 - std::pow(o_.beta2, static_cast<double>(steps_));
-        const T b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps);
-        const T step_size = T(o_.lr / c1), inv_sqrt_c2 = T(1 / std::sqrt(c2));
-        const T wd = T(o_.weight_decay), decay = T(1 - o_.lr * o_.weight_decay);
-        const bool decoupled = o_.decoupled_weight_decay;
-        for (std::size_t i = 0; i < params_.size(); ++i) {
-            Tensor<T> g = params_[i].grad();
-            if (!g.defined()) continue;
-            detail::for_each_element(params_[i], g, &m_[i], &v_[i], [&]<class V>(V& p, V d, V& m, V& v) {
+        const adam_options& o = this->options_;
+        const double t = static_cast<double>(this->steps_ + 1);
+        const double c1 = 1 - std::pow(o.beta1, t), c2 = 1 - std::pow(o.beta2, t);
+        const T b1 = T(o.beta1), b2 = T(o.beta2), eps = T(o.eps);
+        const T step_size = T(o.lr / c1), inv_sqrt_c2 = T(1 / std::sqrt(c2));
+        const T wd = T(o.weight_decay), decay = T(1 - o.lr * o.weight_decay);
+        const bool decoupled = o.decoupled_weight_decay;
+        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
+            detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& m, V& v) {
                 if (decoupled)
                     p = p * V(decay);
                 else
@@ -180,18 +208,197 @@ public:
                 m = V(b1) * m + V(T(1) - b1) * d;
                 v = V(b2) * v + V(T(1) - b2) * d * d;
                 p = p - V(step_size) * m / (math::sqrt(v) * V(inv_sqrt_c2) + V(eps));
-            });
-        }
+            }, m_[i], v_[i]);
+        });
     }
-    void zero_grad() { nn::zero_grad(params_); }
-    void set_lr(double lr) noexcept { o_.lr = lr; }
-    [[nodiscard]] double lr() const noexcept { return o_.lr; }
-    [[nodiscard]] const std::vector<Tensor<T>>& params() const noexcept { return params_; }
 
 private:
-    std::vector<Tensor<T>> params_, m_, v_;
-    adam_options o_;
-    std::int64_t steps_ = 0;
+    std::vector<Tensor<T>> m_, v_;
+};
+
+struct adagrad_options {
+    double lr = 0.01, lr_decay = 0, weight_decay = 0, initial_accumulator_value = 0, eps = 1e-10;
+};
+
+/// Adagrad (Duchi et al.): per-element step lr / (√Σg² + eps), as torch.optim.Adagrad.
+template <class T = float>
+class adagrad : public detail::optimizer<T, adagrad_options> {
+public:
+    adagrad(std::vector<Tensor<T>> params, adagrad_options o = {})
+        : detail::optimizer<T, adagrad_options>(std::move(params), o, "adagrad") {
+        for (const auto& p : this->params_)
+            sum_.push_back(full<T>(p.shape(), T(o.initial_accumulator_value), p.context()));
+    }
+    void step() {
+        const adagrad_options& o = this->options_;
+        const T lr = T(o.lr / (1 + static_cast<double>(this->steps_) * o.lr_decay)), wd = T(o.weight_decay), eps = T(o.eps);
+        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
+            detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& s) {
+                d = d + V(wd) * p;
+                s = s + d * d;
+                p = p - V(lr) * d / (math::sqrt(s) + V(eps));
+            }, sum_[i]);
+        });
+    }
+
+private:
+    std::vector<Tensor<T>> sum_;
+};
+
+struct rmsprop_options {
+    double lr = 0.01, alpha = 0.99, eps = 1e-8, weight_decay = 0, momentum = 0;
+    bool centered = false;  ///< divide by the variance estimate (subtracting the mean gradient squared)
+};
+
+/// RMSprop (Hinton): step g / (√avg(g²) + eps), with momentum and the centered variant, as
+/// torch.optim.RMSprop.
+template <class T = float>
+class rmsprop : public detail::optimizer<T, rmsprop_options> {
+public:
+    rmsprop(std::vector<Tensor<T>> params, rmsprop_options o = {})
+        : detail::optimizer<T, rmsprop_options>(std::move(params), o, "rmsprop"),
+          square_avg_(detail::zeros_like_all(this->params_)),
+          grad_avg_(o.centered ? detail::zeros_like_all(this->params_) : std::vector<Tensor<T>>{}),
+          buffer_(o.momentum != 0 ? detail::zeros_like_all(this->params_) : std::vector<Tensor<T>>{}) {}
+    void step() {
+        const rmsprop_options& o = this->options_;
+        const T lr = T(o.lr), a = T(o.alpha), eps = T(o.eps), wd = T(o.weight_decay), mu = T(o.momentum);
+        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
+            // One loop per combination, each touching only the state it needs.
+            auto average = [&]<class V>(V& p, V& d, V& sq) {
+                d = d + V(wd) * p;
+                sq = V(a) * sq + V(T(1) - a) * d * d;
+            };
+            auto apply = [&]<class V>(V& p, V d, V denominator, V* b) {
+                if (b) {
+                    *b = V(mu) * *b + d / denominator;
+                    p = p - V(lr) * *b;
+                } else {
+                    p = p - V(lr) * d / denominator;
+                }
+            };
+            if (o.centered && o.momentum != 0)
+                detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& sq, V& ga, V& b) {
+                    average(p, d, sq);
+                    ga = V(a) * ga + V(T(1) - a) * d;
+                    apply(p, d, math::sqrt(sq - ga * ga) + V(eps), &b);
+                }, square_avg_[i], grad_avg_[i], buffer_[i]);
+            else if (o.centered)
+                detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& sq, V& ga) {
+                    average(p, d, sq);
+                    ga = V(a) * ga + V(T(1) - a) * d;
+                    apply(p, d, math::sqrt(sq - ga * ga) + V(eps), static_cast<V*>(nullptr));
+                }, square_avg_[i], grad_avg_[i]);
+            else if (o.momentum != 0)
+                detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& sq, V& b) {
+                    average(p, d, sq);
+                    apply(p, d, math::sqrt(sq) + V(eps), &b);
+                }, square_avg_[i], buffer_[i]);
+            else
+                detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& sq) {
+                    average(p, d, sq);
+                    apply(p, d, math::sqrt(sq) + V(eps), static_cast<V*>(nullptr));
+                }, square_avg_[i]);
+        });
+    }
+
+private:
+    std::vector<Tensor<T>> square_avg_, grad_avg_, buffer_;
+};
+
+struct ftrl_options {
+    double lr = 0.1;  ///< alpha
+    double beta = 1, l1 = 0, l2 = 0;
+};
+
+/// FTRL-Proximal (McMahan et al. 2013), the per-coordinate optimizer of large sparse linear and
+/// embedding models: L1 drives weights to exactly zero. State z and n (Σg²) per element.
+template <class T = float>
+class ftrl : public detail::optimizer<T, ftrl_options> {
+public:
+    ftrl(std::vector<Tensor<T>> params, ftrl_options o = {})
+        : detail::optimizer<T, ftrl_options>(std::move(params), o, "ftrl"),
+          z_(detail::zeros_like_all(this->params_)),
+          n_(detail::zeros_like_all(this->params_)) {
+        if (!(o.lr > 0) || o.beta < 0 || o.l1 < 0 || o.l2 < 0)
+            dl::detail::fail("dl::nn::ftrl: lr must be > 0 and beta, l1, l2 >= 0");
+    }
+    void step() {
+        const ftrl_options& o = this->options_;
+        const T inv_lr = T(1 / o.lr), beta = T(o.beta), l1 = T(o.l1), l2 = T(o.l2);
+        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
+            detail::for_each_element(param, g, [&]<class V>(V& w, V d, V& z, V& n) {
+                const V grown = n + d * d, root = math::sqrt(grown);
+                z = z + d - (root - math::sqrt(n)) * V(inv_lr) * w;
+                n = grown;
+                const V shrunk = z - simd::copysign(V(l1), z);
+                w = simd::select(simd::abs(z) <= V(l1), V(T(0)), -shrunk / ((V(beta) + root) * V(inv_lr) + V(l2)));
+            }, z_[i], n_[i]);
+        });
+    }
+
+private:
+    std::vector<Tensor<T>> z_, n_;
+};
+
+// --- learning-rate schedules: each sets the optimizer's lr from the step count on step() ---
+
+/// lr = base · gamma^⌊epoch / step_size⌋, as torch.optim.lr_scheduler.StepLR.
+template <class Optimizer>
+class step_lr {
+public:
+    step_lr(Optimizer& opt, std::int64_t step_size, double gamma = 0.1) : opt_(opt), base_(opt.lr()), size_(step_size), gamma_(gamma) {
+        if (step_size <= 0) dl::detail::fail("dl::nn::step_lr: step_size must be positive, got ", step_size);
+    }
+    void step() { opt_.set_lr(base_ * std::pow(gamma_, static_cast<double>(++count_ / size_))); }
+
+private:
+    Optimizer& opt_;
+    double base_;
+    std::int64_t size_, count_ = 0;
+    double gamma_;
+};
+
+/// Cosine annealing from the base lr to min_lr over `period` steps (then held), as
+/// torch.optim.lr_scheduler.CosineAnnealingLR without restarts.
+template <class Optimizer>
+class cosine_lr {
+public:
+    cosine_lr(Optimizer& opt, std::int64_t period, double min_lr = 0) : opt_(opt), base_(opt.lr()), period_(period), min_(min_lr) {
+        if (period <= 0) dl::detail::fail("dl::nn::cosine_lr: period must be positive, got ", period);
+    }
+    void step() {
+        const double t = static_cast<double>(std::min(++count_, period_)) / static_cast<double>(period_);
+        opt_.set_lr(min_ + (base_ - min_) * 0.5 * (1 + std::cos(std::numbers::pi * t)));
+    }
+
+private:
+    Optimizer& opt_;
+    double base_;
+    std::int64_t period_, count_ = 0;
+    double min_;
+};
+
+/// Linear warmup: lr rises from base · start_factor to base over `steps` steps, then stays.
+template <class Optimizer>
+class linear_warmup {
+public:
+    linear_warmup(Optimizer& opt, std::int64_t steps, double start_factor = 0.0)
+        : opt_(opt), base_(opt.lr()), steps_(steps), start_(start_factor) {
+        if (steps <= 0 || start_factor < 0 || start_factor > 1)
+            dl::detail::fail("dl::nn::linear_warmup: steps must be positive and start_factor in [0, 1]");
+        opt_.set_lr(base_ * start_);
+    }
+    void step() {
+        const double t = static_cast<double>(std::min(++count_, steps_)) / static_cast<double>(steps_);
+        opt_.set_lr(base_ * (start_ + (1 - start_) * t));
+    }
+
+private:
+    Optimizer& opt_;
+    double base_;
+    std::int64_t steps_, count_ = 0;
+    double start_;
 };
 
 }  // namespace dl::nn
