@@ -162,6 +162,8 @@ struct StringMaker<std::vector<T>> {
             out << (i ? ", " : "");
             if constexpr (sizeof(T) == 1)
                 out << static_cast<int>(v[i]);
+            else if constexpr (requires { v[i].size(); })
+                out << StringMaker<T>::convert(v[i]);
             else
                 out << v[i];
         }

@@ -5,6 +5,7 @@
 
 #include "core/allocator.hpp"
 #include "core/context.hpp"
+#include "core/denormals.hpp"
 #include "core/creation.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -37,7 +38,10 @@
 #include "nn/layer.hpp"
 #include "nn/layers.hpp"
 #include "nn/loss.hpp"
+#include "nn/metrics.hpp"
 #include "nn/normalization.hpp"
 #include "nn/optim.hpp"
 #include "nn/recurrent.hpp"
 #include "nn/sequential.hpp"
+
+#include "prof/progress.hpp"

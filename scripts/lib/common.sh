@@ -4,7 +4,7 @@ source scripts/lib/install-deps.sh
 
 # shellcheck disable=SC2034 # used by the scripts that source this file
 DL_BASE_PACKAGES=(cmake g++ make libxsimd-dev doctest-dev libbenchmark-dev nlohmann-json3-dev
-  ccache libeigen3-dev)
+  ccache libeigen3-dev zlib1g-dev dataset-fashion-mnist)
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 

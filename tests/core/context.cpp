@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -283,4 +284,29 @@ TEST_CASE("reserve_random hands out consecutive ranges of the stream") {
     CHECK(ctx.reserve_random(1) == 15);
     ctx.manual_seed(1);
     CHECK(ctx.reserve_random(3) == 0);
+}
+
+TEST_CASE("compute threads flush denormals by default; the Context setting turns it off") {
+    for (bool flush : {true, false}) {
+        CAPTURE(flush);
+        dl::Context ctx({.threads = 2, .flush_denormals = flush});
+        CHECK(ctx.flushes_denormals() == flush);
+        const bool caller_before = dl::flush_denormals::active_on_this_thread();
+        std::atomic<int> flushed{0};
+        ctx.parallel_for(64, [&](std::int64_t) {
+            if (dl::flush_denormals::active_on_this_thread()) flushed.fetch_add(1);
+            std::this_thread::sleep_for(std::chrono::microseconds(50));  // let the worker take some
+        });
+        CHECK(flushed.load() == (flush ? 64 : 0));
+        CHECK(dl::flush_denormals::active_on_this_thread() == caller_before);  // restored after
+#ifdef DL_HAVE_MXCSR
+        // What it changes: the smallest normal float halved is a denormal, or zero when flushed.
+        volatile float tiny = std::numeric_limits<float>::min();
+        std::atomic<float> half{-1};
+        ctx.parallel_for(2, [&](std::int64_t i) {
+            if (i == 0) half = tiny * 0.5f;
+        });
+        CHECK((half.load() == 0.0f) == flush);
+#endif
+    }
 }

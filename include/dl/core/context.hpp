@@ -20,6 +20,9 @@ struct context_options {
     std::uint64_t seed = 0;
     int threads = static_cast<int>(std::thread::hardware_concurrency());  ///< total, including the caller
     std::shared_ptr<Allocator> allocator = nullptr;                      ///< null: a new caching_allocator
+    /// Compute with denormals flushed to zero (FTZ/DAZ, see core/denormals.hpp): the pool's workers
+    /// always, the calling thread during parallel_for and optimizer steps.
+    bool flush_denormals = true;
 };
 
 class Context {
@@ -27,8 +30,9 @@ public:
     Context() : Context(context_options{}) {}
     explicit Context(context_options options)
         : allocator_(options.allocator ? std::move(options.allocator) : std::make_shared<caching_allocator>()),
-          pool_(options.threads),
-          seed_(options.seed) {
+          pool_(options.threads, options.flush_denormals),
+          seed_(options.seed),
+          flush_denormals_(options.flush_denormals) {
         use_executor(pool_);
     }
     Context(const Context&) = delete;
@@ -48,7 +52,11 @@ public:
     void use_own_pool() noexcept { use_executor(pool_); }
 
     /// Runs task(i) for i in [0, count) on the current executor.
-    void parallel_for(std::int64_t count, task_ref task) const { parallel_for_(executor_, count, task); }
+    void parallel_for(std::int64_t count, task_ref task) const {
+        const dl::flush_denormals mode(flush_denormals_);
+        parallel_for_(executor_, count, task);
+    }
+    [[nodiscard]] bool flushes_denormals() const noexcept { return flush_denormals_; }
     [[nodiscard]] int concurrency() const { return concurrency_(executor_); }
 
     /// Random streams: each call reserves `count` positions of the seed's stream, so successive random
@@ -86,6 +94,7 @@ private:
     void (*parallel_for_)(void*, std::int64_t, task_ref) = nullptr;
     int (*concurrency_)(void*) = nullptr;
     std::uint64_t seed_;
+    bool flush_denormals_;
     std::atomic<std::uint64_t> random_offset_{0};
     bool training_ = true;
     Device device_ = Device::cpu;

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "denormals.hpp"
+
 namespace dl {
 
 /// A non-owning reference to a callable `void(std::int64_t)`; never allocates.
@@ -42,10 +44,16 @@ concept executor = requires(E& e, std::int64_t count, task_ref task) {
 class thread_pool {
 public:
     /// `threads` is the total concurrency: the calling thread works too, so threads - 1 are spawned.
-    explicit thread_pool(int threads = static_cast<int>(std::thread::hardware_concurrency())) {
+    /// With `flush_denormals` the workers run with FTZ/DAZ set for their whole life.
+    explicit thread_pool(int threads = static_cast<int>(std::thread::hardware_concurrency()),
+                         bool flush_denormals = true) {
         threads = std::max(threads, 1);
         workers_.reserve(static_cast<std::size_t>(threads - 1));
-        for (int i = 0; i + 1 < threads; ++i) workers_.emplace_back([this] { work(); });
+        for (int i = 0; i + 1 < threads; ++i)
+            workers_.emplace_back([this, flush_denormals] {
+                const dl::flush_denormals mode(flush_denormals);
+                work();
+            });
     }
     thread_pool(const thread_pool&) = delete;
     thread_pool& operator=(const thread_pool&) = delete;

@@ -1,9 +1,9 @@
 #pragma once
 // Optimizers. Each holds handles to the parameters (sharing their storage and gradient) and its state
 // beside them; step() updates each parameter in ONE loop that reads the gradient and state and writes
-// both (SIMD over contiguous parameters), under no_grad. Updates run with denormals flushed to zero:
-// Adam's moments of rarely-updated weights decay into the denormal range, where x86 arithmetic is
-// ~100x slower.
+// both (SIMD over contiguous parameters), under no_grad. Updates run with denormals flushed to zero
+// unless the parameters' Context says otherwise (context_options::flush_denormals): Adam's moments of
+// rarely-updated weights decay into the denormal range, where x86 arithmetic is ~100x slower.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,29 +11,12 @@
 #include <string_view>
 #include <vector>
 
-#if defined(__SSE__) || defined(_M_X64)
-#include <xmmintrin.h>
-#define DL_HAVE_MXCSR 1
-#endif
-
 #include "../autograd/node.hpp"
 #include "../expr/math.hpp"
 
 namespace dl::nn {
 
 namespace detail {
-
-/// Sets flush-to-zero and denormals-are-zero on this thread for its lifetime.
-class flush_denormals {
-public:
-#ifdef DL_HAVE_MXCSR
-    flush_denormals() noexcept : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
-    ~flush_denormals() { _mm_setcsr(saved_); }
-
-private:
-    unsigned saved_;
-#endif
-};
 
 /// Runs update(V& p, V g, V& state...) over the elements of a contiguous parameter, its gradient and
 /// its state tensors (same shape), on SIMD batches and then one scalar tail: ONE pass over memory.
@@ -131,7 +114,7 @@ protected:
     /// with denormals flushed to zero.
     template <class F>
     void for_each_parameter(F&& f) {
-        flush_denormals ftz;
+        const dl::flush_denormals mode(params_.empty() || params_[0].context().flushes_denormals());
         ++steps_;
         for (std::size_t i = 0; i < params_.size(); ++i)
             if (Tensor<T> g = params_[i].grad(); g.defined()) f(params_[i], g, i);
