@@ -2,8 +2,9 @@
 // 10,000 test images. Run: scripts/run-example fashion_mnist [--model cnn|mlp] [--epochs N]
 // [--threads N] [--batch N] [--lr X] [--data DIR] [--out DIR]
 //
-// Ends with the lines `test_accuracy=0.xxxx` and `train_seconds=...` (training wall time), and writes
-// the per-epoch curves as CSV to --out (default: the working directory).
+// Ends with the lines `test_accuracy=0.xxxx` and `train_seconds=...` (training wall time), then writes
+// to --out (default: the working directory) the checkpoint (fashion_mnist.safetensors, model and
+// optimizer) and the per-epoch curves (fashion_mnist_curves.csv and .svg).
 #include <dl/data.hpp>
 
 #include <charconv>
@@ -97,6 +98,7 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
     curves << "epoch,train_loss,train_accuracy,test_accuracy,seconds\n";
 
     double train_seconds = 0, test_accuracy = 0;
+    dl::prof::series train_loss{"train loss", {}}, train_accuracy{"train accuracy", {}}, test_curve{"test accuracy", {}};
     for (int epoch = 1; epoch <= s.epochs; ++epoch) {
         dl::prof::progress_bar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(s.epochs), steps, s.batch);
         dl::nn::running_mean loss_mean, accuracy_mean;
@@ -114,15 +116,24 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
             bar.update(++step, {{"loss", loss_mean.mean()}, {"acc", accuracy_mean.mean()}});
         }
         bar.finish();
-        train_seconds += bar.elapsed_seconds();
+        const double seconds = bar.elapsed_seconds();
+        train_seconds += seconds;
         test_accuracy = evaluate(model, test_data, ctx);
         std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.1f s, waited %.2f s for data\n",
-                    epoch, loss_mean.mean(), accuracy_mean.mean(), test_accuracy, bar.elapsed_seconds(),
-                    train_data.last_wait_seconds());
+                    epoch, loss_mean.mean(), accuracy_mean.mean(), test_accuracy, seconds, train_data.last_wait_seconds());
+        train_loss.values.push_back(loss_mean.mean());
+        train_accuracy.values.push_back(accuracy_mean.mean());
+        test_curve.values.push_back(test_accuracy);
         curves << epoch << ',' << loss_mean.mean() << ',' << accuracy_mean.mean() << ',' << test_accuracy << ','
-               << bar.elapsed_seconds() << '\n';
+               << seconds << '\n';
     }
     std::printf("test_accuracy=%.4f\ntrain_seconds=%.1f\n", test_accuracy, train_seconds);
+    const std::filesystem::path out(s.out);
+    dl::nn::save_checkpoint(out / "fashion_mnist.safetensors", model, &opt);
+    dl::prof::write_svg_plot(out / "fashion_mnist_curves.svg", "Fashion-MNIST, " + s.model,
+                             {{train_loss}, {train_accuracy, test_curve}});
+    std::printf("saved %s, fashion_mnist_curves.csv and .svg in %s\n", "fashion_mnist.safetensors",
+                std::filesystem::absolute(out).string().c_str());
     return 0;
 }
 

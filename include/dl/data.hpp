@@ -1,8 +1,9 @@
 #pragma once
-// dl's data part: IDX files, Fashion-MNIST, datasets and the prefetching loader. Link dl::data (it
-// brings zlib) to use it.
+// dl's data and file part: IDX files, Fashion-MNIST, datasets and the prefetching loader, and
+// safetensors checkpoints. Link dl::data (it brings zlib and nlohmann-json) to use it.
 #include "dl.hpp"
 
 #include "data/fashion_mnist.hpp"
 #include "data/idx.hpp"
 #include "data/loader.hpp"
+#include "nn/checkpoint.hpp"

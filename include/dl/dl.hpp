@@ -44,4 +44,5 @@
 #include "nn/recurrent.hpp"
 #include "nn/sequential.hpp"
 
+#include "prof/plot.hpp"
 #include "prof/progress.hpp"

@@ -1,6 +1,8 @@
 // Metrics against hand-computed values and brute force; the progress display's two modes.
 #include "support.hpp"
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 using dl::Tensor;
@@ -71,4 +73,18 @@ TEST_CASE("progress: plain lines for logs, a redrawn bar with ETA on a terminal"
     CHECK(tty.str().find("ETA") != std::string::npos);
     bar.finish();
     CHECK(tty.str().back() == '\n');
+}
+
+TEST_CASE("training curves as an SVG plot: one panel per group, one polyline per series") {
+    const auto path = std::filesystem::temp_directory_path() / ("dl_test_plot_" + std::to_string(::getpid()) + ".svg");
+    dl::prof::write_svg_plot(path, "run <1>", {{{"loss", {0.9, 0.5, 0.4}}}, {{"train", {0.7, 0.8, 0.9}}, {"test", {0.6, 0.7, 0.7}}}});
+    std::ifstream in(path);
+    const std::string svg{std::istreambuf_iterator<char>(in), {}};
+    CHECK(svg.rfind("<svg", 0) == 0);
+    CHECK(svg.find("</svg>") != std::string::npos);
+    std::size_t lines = 0;
+    for (auto at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
+    CHECK(lines == 3);
+    CHECK(svg.find(">test</text>") != std::string::npos);
+    std::filesystem::remove(path);
 }

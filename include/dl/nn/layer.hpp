@@ -33,15 +33,31 @@ concept layer = requires(L& l, detail::parameter_visitor f, bool on) {
     l.train(on);
 };
 
-/// Visits the parameters of `child` as "<prefix>.<name>": for user structs with layer members.
-template <class F, layer L>
-void visit(F&& f, std::string_view prefix, L& child) {
-    child.for_each_parameter([&](std::string_view name, auto& t) {
+namespace detail {
+/// f, with every name it receives prefixed by "<prefix>.".
+template <class F>
+[[nodiscard]] auto prefixed(F& f, std::string_view prefix) {
+    return [&f, prefix](std::string_view name, auto& t) {
         std::string full;
         full.reserve(prefix.size() + 1 + name.size());
         full.append(prefix).append(".").append(name);
         f(std::string_view(full), t);
-    });
+    };
+}
+}  // namespace detail
+
+/// Visits the parameters of `child` as "<prefix>.<name>": for user structs with layer members.
+template <class F, layer L>
+void visit(F&& f, std::string_view prefix, L& child) {
+    child.for_each_parameter(detail::prefixed(f, prefix));
+}
+
+/// Visits the buffers (running statistics, for checkpoints) of `child`, when it has any, as
+/// "<prefix>.<name>". A user struct holding layers with buffers gives itself a for_each_buffer
+/// that calls this for each member, as sequential does.
+template <class F, layer L>
+void visit_buffers(F&& f, std::string_view prefix, L& child) {
+    if constexpr (requires { child.for_each_buffer(f); }) child.for_each_buffer(detail::prefixed(f, prefix));
 }
 
 /// The float parameters of a layer, as handles sharing storage and gradient with the layer's own.

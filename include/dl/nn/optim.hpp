@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -102,6 +103,8 @@ public:
     [[nodiscard]] double lr() const noexcept { return options_.lr; }
     [[nodiscard]] const Options& options() const noexcept { return options_; }
     [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+    /// For checkpoints: restores the step count (bias corrections and schedules depend on it).
+    void set_steps(std::int64_t steps) noexcept { steps_ = steps; }
     [[nodiscard]] const std::vector<Tensor<T>>& params() const noexcept { return params_; }
 
 protected:
@@ -118,6 +121,12 @@ protected:
         ++steps_;
         for (std::size_t i = 0; i < params_.size(); ++i)
             if (Tensor<T> g = params_[i].grad(); g.defined()) f(params_[i], g, i);
+    }
+
+    /// Calls f("<name>.<index>", tensor) for each tensor of one state list (for checkpoints).
+    template <class F>
+    static void visit_state(F& f, std::string_view name, std::vector<Tensor<T>>& state) {
+        for (std::size_t i = 0; i < state.size(); ++i) f(std::string(name) + "." + std::to_string(i), state[i]);
     }
 
     std::vector<Tensor<T>> params_;
@@ -155,6 +164,12 @@ public:
                 p = p - V(lr) * d;
             }, velocity_[i]);
         });
+    }
+
+    /// Calls f(name, tensor) for each state tensor (for checkpoints).
+    template <class F>
+    void for_each_state(F&& f) {
+        this->visit_state(f, "momentum", velocity_);
     }
 
 private:
@@ -195,6 +210,13 @@ public:
         });
     }
 
+    /// Calls f(name, tensor) for each state tensor (for checkpoints).
+    template <class F>
+    void for_each_state(F&& f) {
+        this->visit_state(f, "m", m_);
+        this->visit_state(f, "v", v_);
+    }
+
 private:
     std::vector<Tensor<T>> m_, v_;
 };
@@ -222,6 +244,12 @@ public:
                 p = p - V(lr) * d / (math::sqrt(s) + V(eps));
             }, sum_[i]);
         });
+    }
+
+    /// Calls f(name, tensor) for each state tensor (for checkpoints).
+    template <class F>
+    void for_each_state(F&& f) {
+        this->visit_state(f, "sum", sum_);
     }
 
 private:
@@ -285,6 +313,14 @@ public:
         });
     }
 
+    /// Calls f(name, tensor) for each state tensor (for checkpoints).
+    template <class F>
+    void for_each_state(F&& f) {
+        this->visit_state(f, "square_avg", square_avg_);
+        this->visit_state(f, "grad_avg", grad_avg_);
+        this->visit_state(f, "momentum", buffer_);
+    }
+
 private:
     std::vector<Tensor<T>> square_avg_, grad_avg_, buffer_;
 };
@@ -318,6 +354,13 @@ public:
                 w = simd::select(simd::abs(z) <= V(l1), V(T(0)), -shrunk / ((V(beta) + root) * V(inv_lr) + V(l2)));
             }, z_[i], n_[i]);
         });
+    }
+
+    /// Calls f(name, tensor) for each state tensor (for checkpoints).
+    template <class F>
+    void for_each_state(F&& f) {
+        this->visit_state(f, "z", z_);
+        this->visit_state(f, "n", n_);
     }
 
 private:

@@ -29,6 +29,13 @@ public:
             (visit(f, std::to_string(I), std::get<I>(layers_)), ...);
         }(std::index_sequence_for<Layers...>{});
     }
+    /// Buffers (running statistics) of the layers that have them, named like parameters.
+    template <class F>
+    void for_each_buffer(F&& f) {
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (visit_buffers(f, std::to_string(I), std::get<I>(layers_)), ...);
+        }(std::index_sequence_for<Layers...>{});
+    }
     void train(bool on = true) {
         std::apply([on](auto&... l) { (l.train(on), ...); }, layers_);
     }
@@ -64,6 +71,10 @@ public:
     template <class F>
     void for_each_parameter(F&& f) {
         visit(f, "body", body_);
+    }
+    template <class F>
+    void for_each_buffer(F&& f) {
+        visit_buffers(f, "body", body_);
     }
     void train(bool on = true) { body_.train(on); }
 

@@ -1,0 +1,311 @@
+#pragma once
+// Checkpoints in the safetensors format (https://github.com/huggingface/safetensors): an 8-byte
+// little-endian header size, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__": {...}}
+// and the raw little-endian elements, so PyTorch, JAX and the Hugging Face tools read dl's files and dl
+// reads theirs. save_checkpoint writes a model's parameters and buffers (and an optimizer's state);
+// load_checkpoint checks every name, shape and dtype first and reports every mismatch at once, loading
+// nothing unless all match.
+#include <nlohmann/json.hpp>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../autograd/node.hpp"
+#include "layer.hpp"
+
+namespace dl::nn {
+
+static_assert(std::endian::native == std::endian::little, "dl checkpoints assume a little-endian machine");
+
+/// One tensor of a safetensors file, as stored.
+struct stored_tensor {
+    DType dtype;
+    Shape shape;
+    std::int64_t begin = 0, end = 0;  ///< byte offsets in the data section
+};
+
+namespace detail {
+
+inline std::string_view safetensors_dtype(DType d) {
+    switch (d) {
+        case DType::boolean: return "BOOL";
+        case DType::uint8: return "U8";
+        case DType::int32: return "I32";
+        case DType::int64: return "I64";
+        case DType::float32: return "F32";
+        case DType::float64: return "F64";
+        case DType::bfloat16: return "BF16";
+        case DType::float16: return "F16";
+    }
+    return "?";
+}
+inline std::optional<DType> dtype_from_safetensors(std::string_view s) {
+    for (DType d : {DType::boolean, DType::uint8, DType::int32, DType::int64, DType::float32, DType::float64,
+                    DType::bfloat16, DType::float16})
+        if (safetensors_dtype(d) == s) return d;
+    return std::nullopt;
+}
+inline std::int64_t dtype_bytes(DType d) {
+    switch (d) {
+        case DType::boolean:
+        case DType::uint8: return 1;
+        case DType::bfloat16:
+        case DType::float16: return 2;
+        case DType::int32:
+        case DType::float32: return 4;
+        default: return 8;
+    }
+}
+
+}  // namespace detail
+
+/// A safetensors file read into memory and validated: header size, JSON, dtypes, shapes, and offsets
+/// that tile the data section exactly (no gaps, overlaps or bytes past the end).
+class safetensors_file {
+public:
+    explicit safetensors_file(const std::filesystem::path& path) : path_(path.string()) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) dl::detail::fail("dl::nn: cannot open checkpoint ", path_);
+        bytes_.assign(std::istreambuf_iterator<char>(in), {});
+        if (bytes_.size() < 8) fail_at(0, "is ", bytes_.size(), " bytes long, shorter than the 8-byte header size");
+        std::uint64_t header_size = 0;
+        std::memcpy(&header_size, bytes_.data(), 8);
+        if (header_size > bytes_.size() - 8)
+            fail_at(0, "declares a ", header_size, "-byte header, but only ", bytes_.size() - 8, " bytes follow");
+        data_ = 8 + static_cast<std::int64_t>(header_size);
+        nlohmann::json header;
+        try {
+            header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + data_);
+        } catch (const nlohmann::json::exception& e) {
+            fail_at(8, "has a header that is not valid JSON: ", e.what());
+        }
+        if (!header.is_object()) fail_at(8, "has a header that is not a JSON object");
+        std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+        for (const auto& [name, entry] : header.items()) {
+            if (name == "__metadata__") {
+                if (entry.is_object())
+                    for (const auto& [k, v] : entry.items())
+                        if (v.is_string()) metadata_[k] = v.get<std::string>();
+                continue;
+            }
+            tensors_.emplace(name, parse_entry(name, entry));
+            ranges.emplace_back(tensors_[name].begin, tensors_[name].end);
+        }
+        std::sort(ranges.begin(), ranges.end());
+        std::int64_t at = 0;
+        for (const auto& [b, e] : ranges) {
+            if (b != at) fail_at(data_ + std::min(b, at), "has tensor data that ", b < at ? "overlaps" : "leaves a gap");
+            at = e;
+        }
+        const std::int64_t available = static_cast<std::int64_t>(bytes_.size()) - data_;
+        if (at > available)
+            fail_at(static_cast<std::int64_t>(bytes_.size()), "is truncated: its tensors need ", at,
+                    " bytes of data, the file has ", available);
+        if (at < available) fail_at(data_ + at, "has ", available - at, " bytes after the last tensor's data");
+    }
+
+    [[nodiscard]] const std::map<std::string, stored_tensor>& tensors() const noexcept { return tensors_; }
+    [[nodiscard]] const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
+    [[nodiscard]] bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+
+    /// Copies tensor `name` into `out` (same shape, element type T).
+    template <class T>
+    void read_into(const std::string& name, Tensor<T>& out) const {
+        const stored_tensor& s = at(name);
+        if (s.dtype != dtype_of<T> || s.shape != out.shape())
+            dl::detail::fail("dl::nn: ", path_, ": tensor '", name, "' is ", s.dtype, " ", s.shape, ", expected ",
+                             dtype_of<T>, " ", out.shape());
+        Tensor<T> staging = out.is_contiguous() ? out : Tensor<T>(out.shape(), out.context());
+        std::memcpy(staging.data(), bytes_.data() + data_ + s.begin, static_cast<std::size_t>(s.end - s.begin));
+        if (!staging.shares_storage(out)) out.copy_from(staging);
+    }
+    /// Tensor `name` as a new Tensor<T>.
+    template <class T>
+    [[nodiscard]] Tensor<T> get(const std::string& name, Context& ctx = default_context()) const {
+        Tensor<T> out(at(name).shape, ctx);
+        read_into(name, out);
+        return out;
+    }
+
+private:
+    template <class... Parts>
+    [[noreturn]] void fail_at(std::int64_t offset, Parts&&... parts) const {
+        dl::detail::fail("dl::nn: checkpoint ", path_, " ", std::forward<Parts>(parts)..., " (at byte offset ", offset,
+                         ")");
+    }
+    const stored_tensor& at(const std::string& name) const {
+        const auto it = tensors_.find(name);
+        if (it == tensors_.end()) dl::detail::fail("dl::nn: ", path_, " has no tensor '", name, "'");
+        return it->second;
+    }
+    stored_tensor parse_entry(const std::string& name, const nlohmann::json& e) const {
+        auto bad = [&](const char* what) { fail_at(8, "has a bad entry for '", name, "': ", what); };
+        if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+            bad("needs dtype, shape and data_offsets");
+        stored_tensor s{};
+        const auto dtype = e["dtype"].is_string() ? detail::dtype_from_safetensors(e["dtype"].get<std::string>())
+                                                  : std::nullopt;
+        if (!dtype) bad("unsupported dtype (dl reads BOOL, U8, I32, I64, F32, F64, BF16, F16)");
+        s.dtype = *dtype;
+        if (!e["shape"].is_array() || e["shape"].size() > static_cast<std::size_t>(max_rank)) bad("shape must be a list of at most 8 extents");
+        for (const auto& d : e["shape"]) {
+            if (!d.is_number_unsigned()) bad("shape extents must be non-negative integers");
+            s.shape.push_back(d.get<std::int64_t>());
+        }
+        const auto& o = e["data_offsets"];
+        if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
+            bad("data_offsets must be two non-negative integers");
+        s.begin = o[0].get<std::int64_t>();
+        s.end = o[1].get<std::int64_t>();
+        if (s.end < s.begin || s.end - s.begin != s.shape.numel() * detail::dtype_bytes(s.dtype))
+            bad("data_offsets do not span dtype size x the number of elements");
+        return s;
+    }
+
+    std::string path_;
+    std::vector<char> bytes_;
+    std::int64_t data_ = 0;
+    std::map<std::string, stored_tensor> tensors_;
+    std::map<std::string, std::string> metadata_;
+};
+
+/// Writes named tensors (any element types) as one safetensors file, header padded to 8 bytes.
+class safetensors_writer {
+public:
+    template <class T>
+    void add(std::string name, const Tensor<T>& t) {
+        if (!names_.insert(name).second) dl::detail::fail("dl::nn: checkpoint tensor name '", name, "' used twice");
+        const Tensor<T> c = t.detach().contiguous();
+        entry e{std::move(name), dtype_of<T>, c.shape(), std::vector<char>(static_cast<std::size_t>(c.numel()) * sizeof(T))};
+        std::memcpy(e.bytes.data(), c.data(), e.bytes.size());
+        entries_.push_back(std::move(e));
+    }
+    void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+
+    /// Writes to `path` through a temporary file renamed at the end, so a crash never leaves a
+    /// half-written checkpoint under the final name.
+    void write(const std::filesystem::path& path) const {
+        nlohmann::ordered_json header;
+        if (!metadata_.empty()) header["__metadata__"] = metadata_;
+        std::int64_t at = 0;
+        for (const auto& e : entries_) {
+            const auto size = static_cast<std::int64_t>(e.bytes.size());
+            header[e.name] = {{"dtype", detail::safetensors_dtype(e.dtype)},
+                              {"shape", std::vector<std::int64_t>(e.shape.begin(), e.shape.end())},
+                              {"data_offsets", {at, at + size}}};
+            at += size;
+        }
+        std::string text = header.dump();
+        text.append((8 - text.size() % 8) % 8, ' ');
+        const auto tmp = std::filesystem::path(path.string() + ".tmp");
+        {
+            std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+            if (!out) dl::detail::fail("dl::nn: cannot write checkpoint ", tmp.string());
+            const std::uint64_t size = text.size();
+            out.write(reinterpret_cast<const char*>(&size), 8);
+            out.write(text.data(), static_cast<std::streamsize>(text.size()));
+            for (const auto& e : entries_) out.write(e.bytes.data(), static_cast<std::streamsize>(e.bytes.size()));
+            if (!out.flush()) dl::detail::fail("dl::nn: writing checkpoint ", tmp.string(), " failed");
+        }
+        std::filesystem::rename(tmp, path);
+    }
+
+private:
+    struct entry {
+        std::string name;
+        DType dtype;
+        Shape shape;
+        std::vector<char> bytes;
+    };
+    std::vector<entry> entries_;
+    std::set<std::string> names_;
+    std::map<std::string, std::string> metadata_;
+};
+
+/// Calls f(name, tensor) for every parameter of `model` and then every buffer (running statistics)
+/// of the layers that have them.
+template <layer L, class F>
+void for_each_tensor(L& model, F&& f) {
+    model.for_each_parameter(f);
+    if constexpr (requires { model.for_each_buffer(f); }) model.for_each_buffer(f);
+}
+
+/// Saves the model's parameters and buffers, and the optimizer's state when given (as
+/// "optimizer.<state>.<parameter index>" and "optimizer.steps").
+template <layer L, class Optimizer = std::nullptr_t>
+void save_checkpoint(const std::filesystem::path& path, L& model, Optimizer* optimizer = nullptr) {
+    safetensors_writer w;
+    for_each_tensor(model, [&](std::string_view name, const auto& t) { w.add(std::string(name), t); });
+    if constexpr (!std::is_same_v<Optimizer, std::nullptr_t>) {
+        if (optimizer) {
+            optimizer->for_each_state([&](const std::string& name, const auto& t) { w.add("optimizer." + name, t); });
+            w.add("optimizer.steps", scalar_tensor<std::int64_t>(optimizer->steps()));
+        }
+    }
+    w.set_metadata("format", "dl");
+    w.write(path);
+}
+
+/// Loads what save_checkpoint wrote (or any safetensors file with the same names). Every expected
+/// tensor must be present with the same shape and dtype, and nothing unexpected may be in the file
+/// (except optimizer state when no optimizer is given); otherwise the error lists every mismatch and
+/// nothing is changed.
+template <layer L, class Optimizer = std::nullptr_t>
+void load_checkpoint(const std::filesystem::path& path, L& model, Optimizer* optimizer = nullptr) {
+    const safetensors_file file(path);
+    std::vector<std::string> problems;
+    std::set<std::string> expected;
+    auto check = [&](const std::string& name, DType dtype, const Shape& shape) {
+        expected.insert(name);
+        const auto it = file.tensors().find(name);
+        if (it == file.tensors().end())
+            problems.push_back("missing '" + name + "'");
+        else if (it->second.dtype != dtype || it->second.shape != shape)
+            problems.push_back(dl::detail::concat("'", name, "' is ", it->second.dtype, " ", it->second.shape,
+                                                  " in the file, ", dtype, " ", shape, " in the model"));
+    };
+    for_each_tensor(model, [&](std::string_view name, const auto& t) { check(std::string(name), t.dtype(), t.shape()); });
+    const bool with_optimizer = [&] {
+        if constexpr (std::is_same_v<Optimizer, std::nullptr_t>)
+            return false;
+        else
+            return optimizer != nullptr;
+    }();
+    if constexpr (!std::is_same_v<Optimizer, std::nullptr_t>) {
+        if (optimizer) {
+            optimizer->for_each_state(
+                [&](const std::string& name, const auto& t) { check("optimizer." + name, t.dtype(), t.shape()); });
+            check("optimizer.steps", DType::int64, Shape{});
+        }
+    }
+    for (const auto& [name, stored] : file.tensors())
+        if (!expected.count(name) && (with_optimizer || name.rfind("optimizer.", 0) != 0))
+            problems.push_back("unexpected '" + name + "'");
+    if (!problems.empty()) {
+        std::string all;
+        for (const auto& p : problems) all += "\n  " + p;
+        dl::detail::fail("dl::nn: checkpoint ", path.string(), " does not match (nothing was loaded):", all);
+    }
+    for_each_tensor(model, [&](std::string_view name, auto& t) {
+        no_grad off(t.context());
+        auto target = t.detach();
+        file.read_into(std::string(name), target);
+    });
+    if constexpr (!std::is_same_v<Optimizer, std::nullptr_t>) {
+        if (optimizer) {
+            optimizer->for_each_state([&](const std::string& name, auto& t) { file.read_into("optimizer." + name, t); });
+            optimizer->set_steps(file.get<std::int64_t>("optimizer.steps").item());
+        }
+    }
+}
+
+}  // namespace dl::nn
