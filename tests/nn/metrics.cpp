@@ -86,5 +86,6 @@ TEST_CASE("training curves as an SVG plot: one panel per group, one polyline per
     for (auto at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
     CHECK(lines == 3);
     CHECK(svg.find(">test</text>") != std::string::npos);
+    CHECK(svg.find("run &lt;1&gt;") != std::string::npos);
     std::filesystem::remove(path);
 }

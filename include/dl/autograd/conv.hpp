@@ -91,6 +91,17 @@ void col2im(const T* col, const window_geometry& g, T* image) {
             }
 }
 
+/// Images are split into this many chunks (a fixed number, not the thread count, so that sums over
+/// chunks are the same on every machine).
+[[nodiscard]] inline std::int64_t image_chunks(std::int64_t images) { return std::min<std::int64_t>(images, 8); }
+
+/// Runs f(chunk, first, last) for the image ranges of image_chunks(images) chunks on ctx's threads.
+template <class F>
+void for_each_image_chunk(std::int64_t images, Context& ctx, F&& f) {
+    const std::int64_t chunks = image_chunks(images);
+    ctx.parallel_for(chunks, [&](std::int64_t c) { f(c, c * images / chunks, (c + 1) * images / chunks); });
+}
+
 template <class T>
 void check_images(const Tensor<T>& x, std::string_view op) {
     if (x.rank() != 4) dl::detail::fail("dl::", op, ": expected input [N, C, H, W], got shape ", x.shape());
@@ -140,16 +151,18 @@ template <class T>
         no_grad off(ctx);
         const std::int64_t rows = geo.column_rows() / groups, og = out_channels / groups;
         const Tensor<T> w = weight.detach().reshape({out_channels, rows});
-        Tensor<T> col({geo.column_rows(), geo.column_cols()}, ctx);
         const auto& s = x.strides();
         if (bias.defined()) assign(out, bias.detach().reshape({out_channels, 1, 1}));
-        for (std::int64_t i = 0; i < n; ++i) {
-            im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
-            const Tensor<T> y = out.select(0, i).reshape({out_channels, geo.column_cols()});
-            for (std::int64_t g = 0; g < groups; ++g)
-                gemm_into(y.slice(0, g * og, (g + 1) * og), bias.defined(), w.slice(0, g * og, (g + 1) * og),
-                          col.slice(0, g * rows, (g + 1) * rows));
-        }
+        for_each_image_chunk(n, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
+            Tensor<T> col({geo.column_rows(), geo.column_cols()}, ctx);
+            for (std::int64_t i = first; i < last; ++i) {
+                im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
+                const Tensor<T> y = out.select(0, i).reshape({out_channels, geo.column_cols()});
+                for (std::int64_t g = 0; g < groups; ++g)
+                    gemm_into(y.slice(0, g * og, (g + 1) * og), bias.defined(), w.slice(0, g * og, (g + 1) * og),
+                              col.slice(0, g * rows, (g + 1) * rows));
+            }
+        });
     }
     if (autograd::any_records(x, weight, bias))
         autograd::record(
@@ -159,33 +172,35 @@ template <class T>
                 const std::int64_t images = in.shape()[0], outs = wt.shape()[0], og = outs / groups;
                 const std::int64_t rows = geo.column_rows() / groups, cols = geo.column_cols();
                 Context& ctx = in.context();
-                Tensor<T> col({geo.column_rows(), cols}, ctx);
                 auto* x_node = autograd::node_of(in);
                 auto* w_node = autograd::node_of(wt);
                 const Tensor<T> w = wt.detach().reshape({outs, rows});
-                Tensor<T> dw;
-                bool add_w = false;
-                if (w_node) {
-                    auto [dst, add] = product_target(*w_node);
-                    dw = dst.reshape({outs, rows});
-                    add_w = add;
-                }
+                if (x_node) (void)autograd::grad_buffer(*x_node);  // allocated before the tasks share it
+                // Each chunk of images sums its own weight gradient; the chunks are then added in order,
+                // so the result does not depend on how many threads ran them.
+                const std::int64_t chunks = image_chunks(images);
+                Tensor<T> partial_dw = w_node ? Tensor<T>({chunks, outs, rows}, ctx) : Tensor<T>();
                 const auto& s = in.strides();
-                for (std::int64_t i = 0; i < images; ++i) {
-                    const Tensor<T> gi = g.select(0, i).reshape({outs, cols});
-                    if (w_node) {
-                        im2col(in.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
-                        for (std::int64_t k = 0; k < groups; ++k)
-                            gemm_into(dw.slice(0, k * og, (k + 1) * og), add_w || i > 0,
-                                      gi.slice(0, k * og, (k + 1) * og), col.slice(0, k * rows, (k + 1) * rows).t());
+                for_each_image_chunk(images, ctx, [&](std::int64_t chunk, std::int64_t first, std::int64_t last) {
+                    Tensor<T> col({geo.column_rows(), cols}, ctx);
+                    const Tensor<T> dw = w_node ? partial_dw.select(0, chunk) : Tensor<T>();
+                    for (std::int64_t i = first; i < last; ++i) {
+                        const Tensor<T> gi = g.select(0, i).reshape({outs, cols});
+                        if (w_node) {
+                            im2col(in.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
+                            for (std::int64_t k = 0; k < groups; ++k)
+                                gemm_into(dw.slice(0, k * og, (k + 1) * og), i > first, gi.slice(0, k * og, (k + 1) * og),
+                                          col.slice(0, k * rows, (k + 1) * rows).t());
+                        }
+                        if (x_node) {
+                            for (std::int64_t k = 0; k < groups; ++k)
+                                gemm_into(col.slice(0, k * rows, (k + 1) * rows), false,
+                                          w.slice(0, k * og, (k + 1) * og).t(), gi.slice(0, k * og, (k + 1) * og));
+                            col2im(col.data(), geo, x_node->grad.select(0, i).data());
+                        }
                     }
-                    if (x_node) {
-                        for (std::int64_t k = 0; k < groups; ++k)
-                            gemm_into(col.slice(0, k * rows, (k + 1) * rows), false,
-                                      w.slice(0, k * og, (k + 1) * og).t(), gi.slice(0, k * og, (k + 1) * og));
-                        col2im(col.data(), geo, autograd::grad_buffer(*x_node).select(0, i).data());
-                    }
-                }
+                });
+                if (w_node) autograd::accumulate(*w_node, sum(partial_dw, {0}).reshape(wt.shape()));
                 if (auto* n = autograd::node_of(b)) autograd::accumulate(*n, sum(g, {0, 2, 3}));
             },
             x, weight, bias);
@@ -224,12 +239,15 @@ struct average_window {
     std::int64_t h0, h1, w0, w1, divisor;
 };
 
-/// Calls f(plane, y, x) for every output position of a pool over `planes` images of oh x ow.
+/// Calls f(plane, y, x) for every output position of a pool over `planes` images of oh x ow, the
+/// planes split over ctx's threads (each plane is written by one task).
 template <class F>
-void for_each_output(std::int64_t planes, std::int64_t oh, std::int64_t ow, F&& f) {
-    for (std::int64_t p = 0; p < planes; ++p)
-        for (std::int64_t y = 0; y < oh; ++y)
-            for (std::int64_t x = 0; x < ow; ++x) f(p, y, x);
+void for_each_output(std::int64_t planes, std::int64_t oh, std::int64_t ow, Context& ctx, F&& f) {
+    for_each_image_chunk(planes, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
+        for (std::int64_t p = first; p < last; ++p)
+            for (std::int64_t y = 0; y < oh; ++y)
+                for (std::int64_t x = 0; x < ow; ++x) f(p, y, x);
+    });
 }
 
 /// An average pool whose window for output (y, x) is window(y, x), an average_window.
@@ -238,7 +256,7 @@ template <class T, class Window>
     const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
     const Tensor<T> in = x.detach().contiguous();
     Tensor<T> out({n, c, oh, ow}, x.context());
-    for_each_output(n * c, oh, ow, [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
+    for_each_output(n * c, oh, ow, x.context(), [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
         const auto [h0, h1, w0, w1, divisor] = window(y, xx);
         const T* plane = in.data() + p * h * w;
         T total = 0;
@@ -254,7 +272,7 @@ template <class T, class Window>
                 const std::int64_t planes = g.shape()[0] * g.shape()[1], gh = g.shape()[2], gw = g.shape()[3];
                 const std::int64_t h = src.shape()[2], w = src.shape()[3];
                 T* buffer = autograd::grad_buffer(*autograd::node_of(src)).data();
-                for_each_output(planes, gh, gw, [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
+                for_each_output(planes, gh, gw, src.context(), [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
                     const auto [h0, h1, w0, w1, divisor] = window(y, xx);
                     const T share = g.data()[(p * gh + y) * gw + xx] / static_cast<T>(divisor);
                     T* plane = buffer + p * h * w;
@@ -279,23 +297,20 @@ template <class T>
     const Tensor<T> in = x.detach().contiguous();
     Tensor<T> out({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
     Tensor<std::int32_t> winner({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
-    for (std::int64_t p = 0; p < planes; ++p) {
+    for_each_output(planes, g.oh, g.ow, x.context(), [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
         const T* plane = in.data() + p * g.h * g.w;
-        for (std::int64_t y = 0; y < g.oh; ++y)
-            for (std::int64_t xx = 0; xx < g.ow; ++xx) {
-                const std::int64_t h0 = y * g.stride.h - g.padding.h, w0 = xx * g.stride.w - g.padding.w;
-                T best = -std::numeric_limits<T>::infinity();
-                std::int64_t at = -1;
-                for (std::int64_t i = std::max<std::int64_t>(h0, 0); i < std::min(h0 + g.kh, g.h); ++i)
-                    for (std::int64_t j = std::max<std::int64_t>(w0, 0); j < std::min(w0 + g.kw, g.w); ++j) {
-                        const T v = plane[i * g.w + j];
-                        if (at < 0 || v > best || (v != v && best == best)) best = v, at = i * g.w + j;
-                    }
-                const std::int64_t k = (p * g.oh + y) * g.ow + xx;
-                out.data()[k] = best;
-                winner.data()[k] = static_cast<std::int32_t>(at);
+        const std::int64_t h0 = y * g.stride.h - g.padding.h, w0 = xx * g.stride.w - g.padding.w;
+        T best = -std::numeric_limits<T>::infinity();
+        std::int64_t at = -1;
+        for (std::int64_t i = std::max<std::int64_t>(h0, 0); i < std::min(h0 + g.kh, g.h); ++i)
+            for (std::int64_t j = std::max<std::int64_t>(w0, 0); j < std::min(w0 + g.kw, g.w); ++j) {
+                const T v = plane[i * g.w + j];
+                if (at < 0 || v > best || (v != v && best == best)) best = v, at = i * g.w + j;
             }
-    }
+        const std::int64_t k = (p * g.oh + y) * g.ow + xx;
+        out.data()[k] = best;
+        winner.data()[k] = static_cast<std::int32_t>(at);
+    });
     if (autograd::records(x))
         autograd::record(
             out,
@@ -303,8 +318,11 @@ template <class T>
                 const Tensor<T> g = grad.contiguous();
                 const std::int64_t per_plane = g.shape()[2] * g.shape()[3], plane = src.shape()[2] * src.shape()[3];
                 T* buffer = autograd::grad_buffer(*autograd::node_of(src)).data();
-                for (std::int64_t k = 0; k < g.numel(); ++k)
-                    buffer[(k / per_plane) * plane + win.data()[k]] += g.data()[k];
+                for_each_image_chunk(g.shape()[0] * g.shape()[1], src.context(),
+                                     [&](std::int64_t, std::int64_t first, std::int64_t last) {
+                                         for (std::int64_t k = first * per_plane; k < last * per_plane; ++k)
+                                             buffer[(k / per_plane) * plane + win.data()[k]] += g.data()[k];
+                                     });
             },
             x, winner);
     return out;

@@ -18,6 +18,20 @@ struct series {
     std::vector<double> values;  ///< y at x = 1, 2, 3, ... (epochs)
 };
 
+namespace detail {
+/// Text made safe inside SVG (XML) elements.
+inline std::string xml_text(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '<') out += "&lt;";
+        else if (c == '>') out += "&gt;";
+        else if (c == '&') out += "&amp;";
+        else out += c;
+    }
+    return out;
+}
+}  // namespace detail
+
 /// Writes one panel per group of series (e.g. {loss} and {train accuracy, test accuracy}), x from 1
 /// to the longest series, each panel scaled to its own data.
 inline void write_svg_plot(const std::filesystem::path& path, const std::string& title,
@@ -32,7 +46,7 @@ inline void write_svg_plot(const std::filesystem::path& path, const std::string&
                   "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
                   width, height);
     svg += buf;
-    svg += "<text x=\"" + std::to_string(margin) + "\" y=\"20\" font-size=\"15\">" + title + "</text>\n";
+    svg += "<text x=\"" + std::to_string(margin) + "\" y=\"20\" font-size=\"15\">" + detail::xml_text(title) + "</text>\n";
     for (std::size_t p = 0; p < panels.size(); ++p) {
         const int x0 = margin + static_cast<int>(p) * (panel_w + margin), y0 = margin;
         double lo = INFINITY, hi = -INFINITY;
@@ -69,7 +83,7 @@ inline void write_svg_plot(const std::filesystem::path& path, const std::string&
             }
             svg += "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" + std::string(colour) + "\" points=\"" + points + "\"/>\n";
             std::snprintf(buf, sizeof buf, "<text x=\"%d\" y=\"%d\" fill=\"%s\">", x0 + 8, y0 + 16 + 14 * static_cast<int>(k), colour);
-            svg += buf + s.name + "</text>\n";
+            svg += buf + detail::xml_text(s.name) + "</text>\n";
         }
     }
     svg += "</svg>\n";
