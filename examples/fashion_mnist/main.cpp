@@ -2,7 +2,7 @@
 // 10,000 test images. Run: scripts/run-example fashion_mnist [--model cnn|mlp] [--epochs N]
 // [--threads N] [--batch N] [--lr X] [--data DIR] [--out DIR]
 //
-// Ends with the lines `test_accuracy=0.xxxx` and `train_seconds=...` (training wall time), then writes
+// Training runs through dl::nn::fit (examples/mlp writes the loop by hand). Ends with the lines `test_accuracy=0.xxxx` and `train_seconds=...` (training wall time), then writes
 // to --out (default: the working directory) the checkpoint (fashion_mnist.safetensors, model and
 // optimizer) and the per-epoch curves (fashion_mnist_curves.csv and .svg).
 #include <dl/data.hpp>
@@ -64,22 +64,6 @@ struct to_float {
     }
 };
 
-/// Runs `model` over a loader epoch without recording; returns accuracy.
-template <class Model, class Loader>
-double evaluate(Model& model, Loader& loader, dl::Context& ctx) {
-    dl::no_grad off(ctx);
-    model.train(false);
-    std::int64_t hits = 0, seen = 0;
-    for (auto& b : loader.epoch()) {
-        const Tensor<float> scores = model(b.inputs);
-        const std::int64_t n = b.targets.numel();
-        hits += static_cast<std::int64_t>(dl::nn::accuracy(scores, b.targets) * double(n) + 0.5);
-        seen += n;
-    }
-    model.train(true);
-    return seen ? double(hits) / double(seen) : 0.0;
-}
-
 template <class Model>
 int train(Model& model, const settings& s, dl::Context& ctx) {
     using loader_t = dl::data::data_loader<std::uint8_t, std::uint8_t, to_float>;
@@ -92,47 +76,33 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
               << " threads\n";
 
     dl::nn::adam<float> opt(dl::nn::parameters(model), {.lr = s.lr});
-    const std::int64_t steps = train_data.batches_per_epoch();
-    dl::nn::cosine_lr schedule(opt, steps * s.epochs, s.lr * 0.05);
-    std::ofstream curves(std::filesystem::path(s.out) / "fashion_mnist_curves.csv");
-    curves << "epoch,train_loss,train_accuracy,test_accuracy,seconds\n";
-
-    double train_seconds = 0, test_accuracy = 0;
-    dl::prof::series train_loss{"train loss", {}}, train_accuracy{"train accuracy", {}}, test_curve{"test accuracy", {}};
-    for (int epoch = 1; epoch <= s.epochs; ++epoch) {
-        dl::prof::progress_bar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(s.epochs), steps, s.batch);
-        dl::nn::running_mean loss_mean, accuracy_mean;
-        std::int64_t step = 0;
-        for (auto& b : train_data.epoch()) {
-            const Tensor<float> scores = model(b.inputs);
-            Tensor<float> loss = dl::nn::cross_entropy(scores, b.targets);
-            opt.zero_grad();
-            loss.backward();
-            opt.step();
-            schedule.step();
-            const std::int64_t n = b.targets.numel();
-            loss_mean.add(loss.item(), n);
-            accuracy_mean.add(dl::nn::accuracy(scores.detach(), b.targets), n);
-            bar.update(++step, {{"loss", loss_mean.mean()}, {"acc", accuracy_mean.mean()}});
-        }
-        bar.finish();
-        const double seconds = bar.elapsed_seconds();
-        train_seconds += seconds;
-        test_accuracy = evaluate(model, test_data, ctx);
-        std::printf("epoch %d: train loss %.4f, train accuracy %.4f, test accuracy %.4f, %.1f s, waited %.2f s for data\n",
-                    epoch, loss_mean.mean(), accuracy_mean.mean(), test_accuracy, seconds, train_data.last_wait_seconds());
-        train_loss.values.push_back(loss_mean.mean());
-        train_accuracy.values.push_back(accuracy_mean.mean());
-        test_curve.values.push_back(test_accuracy);
-        curves << epoch << ',' << loss_mean.mean() << ',' << accuracy_mean.mean() << ',' << test_accuracy << ','
-               << seconds << '\n';
-    }
-    std::printf("test_accuracy=%.4f\ntrain_seconds=%.1f\n", test_accuracy, train_seconds);
+    dl::nn::cosine_lr schedule(opt, train_data.batches_per_epoch() * s.epochs, s.lr * 0.05);
     const std::filesystem::path out(s.out);
+    std::ofstream curves(out / "fashion_mnist_curves.csv");
+    curves << "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds\n";
+    dl::prof::series train_loss{"train loss", {}}, test_loss{"test loss", {}}, train_accuracy{"train accuracy", {}},
+        test_accuracy{"test accuracy", {}};
+
+    const auto result = dl::nn::fit(
+        model, opt, [](const Tensor<float>& scores, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(scores, y); },
+        train_data, &test_data,
+        {.epochs = s.epochs,
+         .after_step = [&](dl::nn::step_info&) { schedule.step(); },
+         .after_epoch =
+             [&](dl::nn::epoch_info& e) {
+                 curves << e.epoch << ',' << e.train_loss << ',' << e.train_accuracy << ',' << e.eval_loss << ','
+                        << e.eval_accuracy << ',' << e.seconds << std::endl;
+                 train_loss.values.push_back(e.train_loss);
+                 test_loss.values.push_back(e.eval_loss);
+                 train_accuracy.values.push_back(e.train_accuracy);
+                 test_accuracy.values.push_back(e.eval_accuracy);
+             }});
+
+    std::printf("test_accuracy=%.4f\ntrain_seconds=%.1f\n", result.epochs.back().eval_accuracy, result.train_seconds);
     dl::nn::save_checkpoint(out / "fashion_mnist.safetensors", model, &opt);
     dl::prof::write_svg_plot(out / "fashion_mnist_curves.svg", "Fashion-MNIST, " + s.model,
-                             {{train_loss}, {train_accuracy, test_curve}});
-    std::printf("saved %s, fashion_mnist_curves.csv and .svg in %s\n", "fashion_mnist.safetensors",
+                             {{train_loss, test_loss}, {train_accuracy, test_accuracy}});
+    std::printf("saved fashion_mnist.safetensors (model and optimizer), fashion_mnist_curves.csv and .svg in %s\n",
                 std::filesystem::absolute(out).string().c_str());
     return 0;
 }

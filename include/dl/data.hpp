@@ -7,3 +7,4 @@
 #include "data/idx.hpp"
 #include "data/loader.hpp"
 #include "nn/checkpoint.hpp"
+#include "nn/trainer.hpp"
