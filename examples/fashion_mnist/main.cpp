@@ -2,10 +2,13 @@
 // 10,000 test images. Run: scripts/run-example fashion_mnist [--model cnn|mlp] [--epochs N]
 // [--threads N] [--batch N] [--lr X] [--data DIR] [--out DIR]
 //
-// Training runs through dl::nn::fit (examples/mlp writes the loop by hand). Ends with the lines `test_accuracy=0.xxxx` and `train_seconds=...` (training wall time), then writes
-// to --out (default: the working directory) the checkpoint (fashion_mnist.safetensors, model and
-// optimizer) and the per-epoch curves (fashion_mnist_curves.csv and .svg).
+// Training runs through dl::nn::fit (examples/mlp writes the loop by hand). It writes to --out
+// (default: the working directory) the checkpoint (fashion_mnist.safetensors, model and
+// optimizer), the per-epoch curves (fashion_mnist_curves.csv and .svg) and a profile of 50 training
+// steps (a table on stdout, fashion_mnist_trace.json for Perfetto / chrome://tracing), and ends with
+// the lines `test_accuracy=0.xxxx` and `train_seconds=...` (training wall time).
 #include <dl/data.hpp>
+#include <dl/prof/profiler.hpp>
 
 #include <charconv>
 #include <cstdio>
@@ -83,11 +86,18 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
     dl::prof::series train_loss{"train loss", {}}, test_loss{"test loss", {}}, train_accuracy{"train accuracy", {}},
         test_accuracy{"test accuracy", {}};
 
+    dl::prof::profiler profiler;
     const auto result = dl::nn::fit(
         model, opt, [](const Tensor<float>& scores, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(scores, y); },
         train_data, &test_data,
         {.epochs = s.epochs,
-         .after_step = [&](dl::nn::step_info&) { schedule.step(); },
+         .after_step =
+             [&](dl::nn::step_info& step) {
+                 schedule.step();
+                 // Profile 50 steps once the loop is warm: a table per op type and a Chrome trace.
+                 if (step.step == 10) ctx.set_profiler(&profiler);
+                 if (step.step == 60) ctx.set_profiler(nullptr);
+             },
          .after_epoch =
              [&](dl::nn::epoch_info& e) {
                  curves << e.epoch << ',' << e.train_loss << ',' << e.train_accuracy << ',' << e.eval_loss << ','
@@ -98,12 +108,15 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
                  test_accuracy.values.push_back(e.eval_accuracy);
              }});
 
-    std::printf("test_accuracy=%.4f\ntrain_seconds=%.1f\n", result.epochs.back().eval_accuracy, result.train_seconds);
     dl::nn::save_checkpoint(out / "fashion_mnist.safetensors", model, &opt);
     dl::prof::write_svg_plot(out / "fashion_mnist_curves.svg", "Fashion-MNIST, " + s.model,
                              {{train_loss, test_loss}, {train_accuracy, test_accuracy}});
-    std::printf("saved fashion_mnist.safetensors (model and optimizer), fashion_mnist_curves.csv and .svg in %s\n",
+    profiler.write_chrome_trace(out / "fashion_mnist_trace.json");
+    std::cout << "\nprofile of training steps 11-60 (self time per op type):\n" << profiler.table();
+    std::printf("saved in %s: fashion_mnist.safetensors (model and optimizer), fashion_mnist_curves.csv and .svg, "
+                "fashion_mnist_trace.json (open in https://ui.perfetto.dev)\n",
                 std::filesystem::absolute(out).string().c_str());
+    std::printf("test_accuracy=%.4f\ntrain_seconds=%.1f\n", result.epochs.back().eval_accuracy, result.train_seconds);
     return 0;
 }
 

@@ -3,8 +3,10 @@
 // safetensors checkpoints. Link dl::data (it brings zlib and nlohmann-json) to use it.
 #include "dl.hpp"
 
+#include "data/augment.hpp"
 #include "data/fashion_mnist.hpp"
 #include "data/idx.hpp"
 #include "data/loader.hpp"
+#include "data/records.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/trainer.hpp"

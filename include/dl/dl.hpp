@@ -45,4 +45,5 @@
 #include "nn/sequential.hpp"
 
 #include "prof/plot.hpp"
+#include "prof/profiler.hpp"
 #include "prof/progress.hpp"

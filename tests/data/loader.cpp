@@ -112,3 +112,37 @@ TEST_CASE("transforms run on the workers with bounded prefetch; their errors rea
     CHECK(seeds.size() == 4);
     CHECK(loader.last_wait_seconds() >= 0);
 }
+
+TEST_CASE("augmentation: flips and shifted crops per image, repeatable from the seed") {
+    const auto images = dl_test::iota<float>({4, 1, 3, 3});
+    const auto flipped = dl::data::random_horizontal_flip(images, 7, 0.5);
+    for (std::int64_t i = 0; i < 4; ++i) {
+        const bool f = flipped(i, 0, 1, 0) == images(i, 0, 1, 2);
+        for (std::int64_t y = 0; y < 3; ++y)
+            for (std::int64_t x = 0; x < 3; ++x) CHECK(flipped(i, 0, y, x) == images(i, 0, y, f ? 2 - x : x));
+    }
+    CHECK(dl_test::same_elements(dl::data::random_horizontal_flip(images, 7, 0.5), flipped));
+    CHECK(dl_test::same_elements(dl::data::random_horizontal_flip(images, 7, 0.0), images));
+    CHECK(dl_test::same_elements(dl::data::random_horizontal_flip(images, 7, 1.0), dl::data::random_horizontal_flip(
+                                                                                         dl::data::random_horizontal_flip(images, 7, 1.0), 8, 0.0)));
+    // Crops: each image is the original shifted by at most `padding`, zeros coming in from the border.
+    const auto cropped = dl::data::random_crop(images, 1, 3);
+    for (std::int64_t i = 0; i < 4; ++i) {
+        bool some_shift_fits = false;
+        for (std::int64_t dy = -1; dy <= 1; ++dy)
+            for (std::int64_t dx = -1; dx <= 1; ++dx) {
+                bool fits = true;
+                for (std::int64_t y = 0; y < 3; ++y)
+                    for (std::int64_t x = 0; x < 3; ++x) {
+                        const std::int64_t sy = y + dy, sx = x + dx;
+                        const float expected = sy >= 0 && sy < 3 && sx >= 0 && sx < 3 ? images(i, 0, sy, sx) : 0.0f;
+                        fits = fits && cropped(i, 0, y, x) == expected;
+                    }
+                some_shift_fits = some_shift_fits || fits;
+            }
+        CHECK(some_shift_fits);
+    }
+    CHECK(dl_test::same_elements(dl::data::random_crop(images, 0, 3), images));
+    CHECK(dl_test::error_message([&] { (void)dl::data::random_crop(images.select(0, 0).select(0, 0), 1, 0); })
+              .find("[N, ..., H, W]") != std::string::npos);
+}

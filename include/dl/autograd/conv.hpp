@@ -148,6 +148,9 @@ template <class T>
     Context& ctx = x.context();
     Tensor<T> out({n, out_channels, geo.oh, geo.ow}, ctx);
     {
+        // Its products are recorded as "matmul" (with their FLOPs); what remains here is im2col.
+        const prof::op_scope scope(ctx, "conv2d", 0,
+                                   double(sizeof(T)) * double(x.numel() + geo.column_rows() * geo.column_cols() * n));
         no_grad off(ctx);
         const std::int64_t rows = geo.column_rows() / groups, og = out_channels / groups;
         const Tensor<T> w = weight.detach().reshape({out_channels, rows});
@@ -168,6 +171,7 @@ template <class T>
         autograd::record(
             out,
             [geo, groups](const Tensor<T>& grad, const Tensor<T>& in, const Tensor<T>& wt, const Tensor<T>& b) {
+                const prof::op_scope scope(in.context(), "conv2d_backward");
                 const Tensor<T> g = grad.contiguous();
                 const std::int64_t images = in.shape()[0], outs = wt.shape()[0], og = outs / groups;
                 const std::int64_t rows = geo.column_rows() / groups, cols = geo.column_cols();
@@ -254,6 +258,7 @@ void for_each_output(std::int64_t planes, std::int64_t oh, std::int64_t ow, Cont
 template <class T, class Window>
 [[nodiscard]] Tensor<T> average_pool(const Tensor<T>& x, std::int64_t oh, std::int64_t ow, Window window) {
     const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+    const prof::op_scope scope(x.context(), "avg_pool2d");
     const Tensor<T> in = x.detach().contiguous();
     Tensor<T> out({n, c, oh, ow}, x.context());
     for_each_output(n * c, oh, ow, x.context(), [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
@@ -268,6 +273,7 @@ template <class T, class Window>
         autograd::record(
             out,
             [window](const Tensor<T>& grad, const Tensor<T>& src) {
+                const prof::op_scope scope(src.context(), "avg_pool2d_backward");
                 const Tensor<T> g = grad.contiguous();
                 const std::int64_t planes = g.shape()[0] * g.shape()[1], gh = g.shape()[2], gw = g.shape()[3];
                 const std::int64_t h = src.shape()[2], w = src.shape()[3];
@@ -294,6 +300,7 @@ template <class T>
     check_images(x, "max_pool2d");
     const window_geometry g = pool_geometry(x.shape(), o, "max_pool2d");
     const std::int64_t planes = x.shape()[0] * g.channels;
+    const prof::op_scope scope(x.context(), "max_pool2d");
     const Tensor<T> in = x.detach().contiguous();
     Tensor<T> out({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
     Tensor<std::int32_t> winner({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
@@ -315,6 +322,7 @@ template <class T>
         autograd::record(
             out,
             [](const Tensor<T>& grad, const Tensor<T>& src, const Tensor<std::int32_t>& win) {
+                const prof::op_scope scope(src.context(), "max_pool2d_backward");
                 const Tensor<T> g = grad.contiguous();
                 const std::int64_t per_plane = g.shape()[2] * g.shape()[3], plane = src.shape()[2] * src.shape()[3];
                 T* buffer = autograd::grad_buffer(*autograd::node_of(src)).data();

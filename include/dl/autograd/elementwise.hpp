@@ -34,14 +34,6 @@ template <class Op, class... E>
         [&](const auto&... e) { return fn_node<Op, decltype(own(e))...>{{}, n.op, {own(e)...}}; }, n.operands);
 }
 
-/// Number of tensor operands (leaves) in an expression, counted left to right.
-template <class E>
-inline constexpr std::size_t leaf_count = 0;
-template <class T>
-inline constexpr std::size_t leaf_count<Tensor<T>> = 1;
-template <class Op, class... E>
-inline constexpr std::size_t leaf_count<fn_node<Op, E...>> = (leaf_count<std::remove_cvref_t<E>> + ... + 0);
-
 /// Index of the operand of a node with operands E... that holds leaf K, and K's index inside it.
 template <std::size_t K, class... E>
 struct leaf_location;

@@ -297,7 +297,10 @@ void backward(const Tensor<T>& root, const Tensor<T>* grad, bool retain_graph) {
         for (; next < order.size(); ++next) {
             auto* n = static_cast<node*>(order[next]);
             const detail::grad_ref hold(n);  // takes over the reference taken above
-            if (n->has_grad()) n->backward();
+            if (n->has_grad()) {
+                const prof::op_scope scope(ctx, "backward");
+                n->backward();
+            }
             if (!retain_graph) n->release_saved();
             if (!n->retain) n->drop_grad();
         }

@@ -14,13 +14,17 @@
 
 namespace dl {
 
+namespace prof {
+class profiler;
+}
+
 enum class Device : std::uint8_t { cpu, cuda };
 
 struct context_options {
     std::uint64_t seed = 0;
     int threads = static_cast<int>(std::thread::hardware_concurrency());  ///< total, including the caller
     std::shared_ptr<Allocator> allocator = nullptr;                      ///< null: a new caching_allocator
-    /// Compute with denormals flushed to zero (FTZ/DAZ, see core/denormals.hpp): the pool's workers
+    /// Compute with denormals flushed to zero (FTZ, see core/denormals.hpp): the pool's workers
     /// always, the calling thread during parallel_for and optimizer steps.
     bool flush_denormals = true;
 };
@@ -76,6 +80,11 @@ public:
 
     [[nodiscard]] Device device() const noexcept { return device_; }
 
+    /// The profiler that records this Context's ops (prof/profiler.hpp), or null (the default: ops
+    /// then pay one untaken branch). The profiler must outlive its attachment.
+    void set_profiler(prof::profiler* p) noexcept { profiler_ = p; }
+    [[nodiscard]] prof::profiler* profiler() const noexcept { return profiler_; }
+
     /// Bookkeeping for autograd (autograd/): whether ops on tensors that require grad are recorded
     /// (dl::no_grad turns it off for every thread using this Context), a creation counter that orders
     /// recorded ops, and scratch space reused by every backward pass so that it allocates nothing.
@@ -98,6 +107,7 @@ private:
     std::atomic<std::uint64_t> random_offset_{0};
     bool training_ = true;
     Device device_ = Device::cpu;
+    prof::profiler* profiler_ = nullptr;
     autograd_state autograd_;
 };
 

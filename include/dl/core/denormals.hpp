@@ -1,8 +1,11 @@
 #pragma once
-// Flush-to-zero (FTZ) and denormals-are-zero (DAZ). Values below float's normal range (~1e-38) are
-// computed in microcode on x86, ~100x slower; training drives some of them there (Adam's moments of
-// rarely updated weights decay towards zero), so dl's compute threads flush them by default
+// Flush-to-zero (FTZ). Values below float's normal range (~1e-38) are computed in microcode on x86,
+// ~100x slower; training drives some of them there (Adam's moments of rarely updated weights decay
+// towards zero), so dl's compute threads flush results that would be denormal to zero by default
 // (context_options::flush_denormals). The cost is ~1e-38 of absolute precision, which no model sees.
+// Only FTZ, not DAZ (denormals-are-zero on input): SIMD code that keeps integers in float registers
+// (compares and blends on their bit patterns) would read small integers as zero under DAZ; with no
+// denormal results, no denormal inputs arise from dl's own arithmetic anyway.
 #if defined(__SSE__) || defined(_M_X64)
 #include <xmmintrin.h>
 #define DL_HAVE_MXCSR 1
@@ -10,7 +13,7 @@
 
 namespace dl {
 
-/// Sets FTZ and DAZ on this thread for its lifetime when `on`, restoring the previous mode after.
+/// Sets FTZ on this thread for its lifetime when `on`, restoring the previous mode after.
 /// A no-op on targets without MXCSR.
 class flush_denormals {
 public:
@@ -33,7 +36,7 @@ public:
 #endif
     }
 
-    /// Whether FTZ and DAZ are both on for this thread now.
+    /// Whether FTZ is on for this thread now.
     [[nodiscard]] static bool active_on_this_thread() noexcept {
 #ifdef DL_HAVE_MXCSR
         return (_mm_getcsr() & mask) == mask;
@@ -44,7 +47,7 @@ public:
 
 private:
 #ifdef DL_HAVE_MXCSR
-    static constexpr unsigned mask = 0x8040u;  // FTZ (bit 15) | DAZ (bit 6)
+    static constexpr unsigned mask = 0x8000u;  // FTZ: MXCSR bit 15
     unsigned saved_ = 0;
     bool active_ = false;
 #endif

@@ -44,7 +44,7 @@ concept executor = requires(E& e, std::int64_t count, task_ref task) {
 class thread_pool {
 public:
     /// `threads` is the total concurrency: the calling thread works too, so threads - 1 are spawned.
-    /// With `flush_denormals` the workers run with FTZ/DAZ set for their whole life.
+    /// With `flush_denormals` the workers run with FTZ set for their whole life.
     explicit thread_pool(int threads = static_cast<int>(std::thread::hardware_concurrency()),
                          bool flush_denormals = true) {
         threads = std::max(threads, 1);

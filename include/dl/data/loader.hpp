@@ -173,8 +173,9 @@ public:
             } else {
                 std::unique_lock lock(mutex_);
                 auto& slot = ready_[static_cast<std::size_t>(taken_) % ready_.size()];
-                filled_.wait(lock, [&] { return slot.has_value() || error_; });
-                if (error_) std::rethrow_exception(error_);
+                // Batches before a failed one are still handed out; the error comes in its turn.
+                filled_.wait(lock, [&] { return slot.has_value() || (error_ && error_batch_ == taken_); });
+                if (!slot) std::rethrow_exception(error_);
                 current_.emplace(std::move(*slot));
                 slot.reset();
             }
@@ -200,7 +201,7 @@ public:
                     ready_[static_cast<std::size_t>(k) % ready_.size()].emplace(std::move(b));
                 } catch (...) {
                     std::lock_guard lock(mutex_);
-                    if (!error_) error_ = std::current_exception();
+                    if (!error_ || k < error_batch_) error_ = std::current_exception(), error_batch_ = k;
                 }
                 filled_.notify_all();
             }
@@ -215,7 +216,7 @@ public:
         std::mutex mutex_;
         std::condition_variable filled_, space_;
         std::exception_ptr error_;
-        std::int64_t next_ = 0, taken_ = 0;
+        std::int64_t next_ = 0, taken_ = 0, error_batch_ = 0;
         double wait_ = 0;
         bool stop_ = false, started_ = false;
     };

@@ -167,6 +167,28 @@ template <class Op, class... E>
         n.operands);
 }
 
+/// Number of ops (nodes) in an expression.
+template <class E>
+inline constexpr int op_count = 0;
+template <class Op, class... E>
+inline constexpr int op_count<fn_node<Op, E...>> = 1 + (op_count<std::remove_cvref_t<E>> + ... + 0);
+
+/// Number of tensor operands (leaves) in an expression, counted left to right.
+template <class E>
+inline constexpr std::size_t leaf_count = 0;
+template <class T>
+inline constexpr std::size_t leaf_count<Tensor<T>> = 1;
+template <class Op, class... E>
+inline constexpr std::size_t leaf_count<fn_node<Op, E...>> = (leaf_count<std::remove_cvref_t<E>> + ... + 0);
+
+/// A name for what evaluating E does (the profiler's op names): the op for a single op, "copy" for a
+/// tensor, "fused elementwise" for a chain.
+template <class E>
+inline constexpr const char* expression_name = op_count<E> == 0 ? "copy" : "fused elementwise";
+template <class Op, class... E>
+    requires(op_count<fn_node<Op, E...>> == 1)
+inline constexpr const char* expression_name<fn_node<Op, E...>> = Op::name.data();
+
 /// Sum of the per-element costs of the ops in an expression.
 template <class E>
 inline constexpr int cost_of = 0;

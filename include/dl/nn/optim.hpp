@@ -118,6 +118,7 @@ protected:
     template <class F>
     void for_each_parameter(F&& f) {
         const dl::flush_denormals mode(params_.empty() || params_[0].context().flushes_denormals());
+        const prof::op_scope scope(params_.empty() ? default_context() : params_[0].context(), "optimizer_step");
         ++steps_;
         for (std::size_t i = 0; i < params_.size(); ++i)
             if (Tensor<T> g = params_[i].grad(); g.defined()) f(params_[i], g, i);

@@ -49,8 +49,8 @@ struct fit_options {
     std::int64_t checkpoint_every = 0;  ///< steps between checkpoints (0: none)
     std::filesystem::path checkpoint_path = "checkpoint.safetensors";
     int early_stopping_patience = 0;  ///< stop after this many epochs without a better eval accuracy (0: never)
-    std::function<void(step_info&)> after_step;
-    std::function<void(epoch_info&)> before_epoch, after_epoch;
+    std::function<void(step_info&)> after_step = {};
+    std::function<void(epoch_info&)> before_epoch = {}, after_epoch = {};
 };
 
 struct fit_result {

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "../../expr/evaluator.hpp"
+#include "../../prof/profiler.hpp"
 
 namespace dl {
 
@@ -177,6 +178,10 @@ void assign(Tensor<T>& out, E&& e) {
             detail::fail("dl::assign: cannot write an expression of shape ", shape, " into a tensor of shape ",
                          out.shape());
         }
+        using X = std::remove_cvref_t<E>;
+        const auto n = static_cast<double>(out.numel());
+        const prof::op_scope scope(out.context(), expression_name<X>, n * op_count<X>,
+                                   n * static_cast<double>(sizeof(T) * (leaf_count<X> + 1)));
         bool alias = false;
         detail::for_each_tensor(e, [&](const auto& t) { alias = alias || detail::reads_ahead_of_write(t, out); });
         if (alias) {

@@ -12,6 +12,7 @@
 
 #include "../../core/tensor.hpp"
 #include "../../expr/simd.hpp"
+#include "../../prof/profiler.hpp"
 
 namespace dl::detail {
 
@@ -143,6 +144,8 @@ void gemm_scalar(const matrix_ref<const T>& a, const matrix_ref<const T>& b, con
 template <class T>
 void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c, bool accumulate,
           Context& ctx) {
+    const prof::op_scope scope(ctx, "matmul", 2.0 * double(c.rows) * double(c.cols) * double(a.cols),
+                               double(sizeof(T)) * double(a.rows * a.cols + b.rows * b.cols + c.rows * c.cols));
     if (c.rows == 0 || c.cols == 0) return;
     if (a.cols == 0) {
         if (!accumulate)

@@ -54,6 +54,9 @@ template <class Acc, class E>
     const Shape in_shape = shape_of(e);
     const int rank = in_shape.size();
     const reduced_dims red = parse_axes(axes, rank, op);
+    const Context* scope_ctx = context_of(e);
+    const prof::op_scope scope(scope_ctx ? *scope_ctx : default_context(), "reduce", static_cast<double>(in_shape.numel()),
+                               static_cast<double>(in_shape.numel() * std::int64_t(sizeof(value_t<E>))));
 
     Shape out_shape, kept_shape, red_shape;
     int order[max_rank], k = 0;
