@@ -310,3 +310,27 @@ TEST_CASE("compute threads flush denormals by default; the Context setting turns
 #endif
     }
 }
+
+TEST_CASE("serial_scope runs a thread's parallel loops inline, and nests") {
+    dl::Context ctx({.threads = 2});
+    const auto caller = std::this_thread::get_id();
+    auto threads_used = [&] {
+        std::atomic<int> elsewhere{0};
+        ctx.parallel_for(64, [&](std::int64_t) {
+            if (std::this_thread::get_id() != caller) elsewhere.fetch_add(1);
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        });
+        return elsewhere.load();
+    };
+    {
+        const dl::serial_scope outer;
+        CHECK(dl::serial_scope::active());
+        CHECK(threads_used() == 0);
+        {
+            const dl::serial_scope inner;
+        }
+        CHECK(dl::serial_scope::active());  // the inner scope restores, not clears
+    }
+    CHECK(!dl::serial_scope::active());
+    CHECK(threads_used() > 0);
+}

@@ -20,6 +20,22 @@ class profiler;
 
 enum class Device : std::uint8_t { cpu, cuda };
 
+/// While alive, the parallel loops of dl ops called on this thread run inline on it instead of on the
+/// Context's executor. For threads that do side work next to a training loop — the data loader's
+/// workers use it — so that they never compete with (or wait for) the loop's use of the pool.
+class serial_scope {
+public:
+    serial_scope() noexcept : previous_(active_) { active_ = true; }
+    serial_scope(const serial_scope&) = delete;
+    serial_scope& operator=(const serial_scope&) = delete;
+    ~serial_scope() { active_ = previous_; }
+    [[nodiscard]] static bool active() noexcept { return active_; }
+
+private:
+    static inline thread_local bool active_ = false;
+    bool previous_;
+};
+
 struct context_options {
     std::uint64_t seed = 0;
     int threads = static_cast<int>(std::thread::hardware_concurrency());  ///< total, including the caller
@@ -58,6 +74,10 @@ public:
     /// Runs task(i) for i in [0, count) on the current executor.
     void parallel_for(std::int64_t count, task_ref task) const {
         const dl::flush_denormals mode(flush_denormals_);
+        if (serial_scope::active()) {
+            for (std::int64_t i = 0; i < count; ++i) task(i);
+            return;
+        }
         parallel_for_(executor_, count, task);
     }
     [[nodiscard]] bool flushes_denormals() const noexcept { return flush_denormals_; }

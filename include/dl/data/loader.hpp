@@ -66,7 +66,8 @@ public:
     using batch_type = std::invoke_result_t<const Transform&, raw_batch>;
 
     /// `transform(batch) -> anything` runs on the loader threads: conversion, normalisation,
-    /// augmentation (draw randomness from batch.seed to keep runs repeatable).
+    /// augmentation (draw randomness from batch.seed to keep runs repeatable). Ops there run on the
+    /// loader thread alone (serial_scope), leaving the Context's pool to the training loop.
     data_loader(tensor_dataset<X, Y> dataset, loader_options options, Context& ctx = default_context(),
                 Transform transform = {})
         : data_(std::move(dataset)), o_(options), ctx_(&ctx), transform_(std::move(transform)),
@@ -185,6 +186,7 @@ public:
         }
 
         void work() {
+            const serial_scope on_this_thread;  // batches are built here, never on the training loop's pool
             for (;;) {
                 std::int64_t k;
                 {
