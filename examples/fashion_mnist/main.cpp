@@ -1,6 +1,6 @@
 // Trains a small CNN (or an MLP) on the 60,000 Fashion-MNIST training images and evaluates it on the
 // 10,000 test images. Run: scripts/run-example fashion_mnist [--model cnn|mlp] [--epochs N]
-// [--threads N] [--batch N] [--lr X] [--data DIR] [--out DIR]
+// [--threads N] [--batch N] [--lr X] [--channels C1,C2] [--data DIR] [--out DIR]
 //
 // Training runs through dl::nn::fit (examples/mlp writes the loop by hand). It writes to --out
 // (default: the working directory) the checkpoint (fashion_mnist.safetensors, model and
@@ -26,6 +26,7 @@ using dl::Tensor;
 struct settings {
     std::string model = "cnn", data, out = ".";
     int epochs = 3, threads = 2;
+    std::int64_t channels1 = 16, channels2 = 32;  ///< of the two convolutions
     std::int64_t batch = 64;
     double lr = 2e-3;
 };
@@ -45,11 +46,18 @@ settings parse(int argc, char** argv) {
         else if (flag == "--lr") s.lr = std::stod(value());
         else if (flag == "--data") s.data = value();
         else if (flag == "--out") s.out = value();
+        else if (flag == "--channels") {  // "C1,C2"
+            const std::string v = value();
+            const auto comma = v.find(',');
+            if (comma == std::string::npos) throw std::runtime_error("--channels wants C1,C2, e.g. 32,64");
+            s.channels1 = std::stoll(v.substr(0, comma));
+            s.channels2 = std::stoll(v.substr(comma + 1));
+        }
         else if (flag == "--dtype") {
             if (value() != "float") throw std::runtime_error("--dtype: only float is available yet");
         } else {
             throw std::runtime_error("unknown flag " + std::string(flag) +
-                                     " (flags: --model cnn|mlp, --epochs, --threads, --batch, --lr, --data, --out)");
+                                     " (flags: --model cnn|mlp, --epochs, --threads, --batch, --lr, --channels C1,C2, --data, --out)");
         }
     }
     if (s.model != "cnn" && s.model != "mlp") throw std::runtime_error("--model must be cnn or mlp");
@@ -131,11 +139,12 @@ int main(int argc, char** argv) try {
                                  dl::nn::linear<float>(128, 10, true, ctx)};
         return train(model, s, ctx);
     }
-    dl::nn::sequential model{dl::nn::conv2d<float>(1, 16, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
+    const std::int64_t c1 = s.channels1, c2 = s.channels2;
+    dl::nn::sequential model{dl::nn::conv2d<float>(1, c1, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
                              dl::nn::max_pool2d({.kernel = 2}),
-                             dl::nn::conv2d<float>(16, 32, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
+                             dl::nn::conv2d<float>(c1, c2, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
                              dl::nn::max_pool2d({.kernel = 2}), dl::nn::flatten{},
-                             dl::nn::linear<float>(32 * 7 * 7, 128, true, ctx), dl::nn::relu{},
+                             dl::nn::linear<float>(c2 * 7 * 7, 128, true, ctx), dl::nn::relu{},
                              dl::nn::linear<float>(128, 10, true, ctx)};
     return train(model, s, ctx);
 } catch (const std::exception& e) {
