@@ -55,6 +55,12 @@ TEST_CASE("matmul and linear, including strided operands") {
     CHECK_GRAD([](const auto& x, const auto& y) { return dl::matmul(y.t(), x.t()); }, a, b);
     CHECK_GRAD([](const auto& x, const auto& y, const auto& z) { return dl::linear(x, y, z); }, a, w, bias);
     CHECK_GRAD([](const auto& x, const auto& y) { return dl::linear(x, y); }, a, w);
+    // Fused activations: relu, sigmoid and tanh differentiate from the output, gelu runs as its own op.
+    for (dl::activation act : {dl::activation::relu, dl::activation::gelu, dl::activation::sigmoid, dl::activation::tanh}) {
+        CAPTURE(int(act));
+        CHECK_GRAD([act](const auto& x, const auto& y, const auto& z) { return dl::linear(x, y, z, act); }, a, w, bias);
+        CHECK_GRAD([act](const auto& x, const auto& y) { return dl::linear(x.t().t(), y, {}, act); }, a, w);
+    }
     CHECK(dl_test::error_message([&] { (void)dl::matmul(a, a); }).find("[3, 7] and [3, 7]") != std::string::npos);
 }
 

@@ -155,15 +155,17 @@ template <class T>
         const std::int64_t rows = geo.column_rows() / groups, og = out_channels / groups;
         const Tensor<T> w = weight.detach().reshape({out_channels, rows});
         const auto& s = x.strides();
-        if (bias.defined()) assign(out, bias.detach().reshape({out_channels, 1, 1}));
+        const Tensor<T> b = bias.defined() ? bias.detach().contiguous() : Tensor<T>();  // the epilogue reads a pointer
         for_each_image_chunk(n, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
             Tensor<T> col({geo.column_rows(), geo.column_cols()}, ctx);
             for (std::int64_t i = first; i < last; ++i) {
                 im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
                 const Tensor<T> y = out.select(0, i).reshape({out_channels, geo.column_cols()});
                 for (std::int64_t g = 0; g < groups; ++g)
-                    gemm_into(y.slice(0, g * og, (g + 1) * og), bias.defined(), w.slice(0, g * og, (g + 1) * og),
-                              col.slice(0, g * rows, (g + 1) * rows));
+                    gemm_into(y.slice(0, g * og, (g + 1) * og), w.slice(0, g * og, (g + 1) * og),
+                              col.slice(0, g * rows, (g + 1) * rows),
+                              dl::detail::gemm_epilogue<T>{.bias = b.defined() ? b.data() + g * og : nullptr,
+                                                           .bias_per_row = true});
             }
         });
     }

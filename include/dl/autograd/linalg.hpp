@@ -3,7 +3,8 @@
 // PyTorch stores it, so checkpoints interchange without transposes).
 #include <cstdint>
 
-#include "../device/cpu/matmul.hpp"
+#include "../device/cpu/gemm.hpp"
+#include "elementwise.hpp"
 #include "node.hpp"
 
 namespace dl {
@@ -18,11 +19,30 @@ template <class T>
     return {n.grad, had};
 }
 
+/// dst = epilogue(a·b) for rank-2 tensors (see dl::detail::gemm_epilogue).
+template <class T>
+void gemm_into(const Tensor<T>& dst, const Tensor<T>& a, const Tensor<T>& b, const dl::detail::gemm_epilogue<T>& ep) {
+    dl::detail::gemm(dl::detail::as_matrix(a), dl::detail::as_matrix(b), dl::detail::as_mutable_matrix(dst), ep,
+                     dst.context());
+}
 /// dst (+)= a·b for rank-2 tensors.
 template <class T>
 void gemm_into(const Tensor<T>& dst, bool accumulate, const Tensor<T>& a, const Tensor<T>& b) {
-    dl::detail::gemm(dl::detail::as_matrix(a), dl::detail::as_matrix(b), dl::detail::as_mutable_matrix(dst),
-                     accumulate, dst.context());
+    gemm_into(dst, a, b, dl::detail::gemm_epilogue<T>{.beta = accumulate ? T(1) : T(0)});
+}
+
+/// The gradient through a fused activation, from its output y: relu, sigmoid and tanh have derivatives
+/// that y alone determines (gelu does not: fused products record it as a separate op).
+template <class T>
+[[nodiscard]] Tensor<T> activation_grad(const Tensor<T>& g, const Tensor<T>& y, activation act) {
+    switch (act) {
+        case activation::relu: return where(y > T(0), g, T(0));
+        case activation::sigmoid: return g * y * (T(1) - y);
+        case activation::tanh: return g * (T(1) - y * y);
+        case activation::gelu: fail("dl: the gelu gradient needs its input; record gelu as its own op");
+        case activation::none: break;
+    }
+    return g;
 }
 
 template <class T>
@@ -76,10 +96,13 @@ template <class T>
     return out;
 }
 
-/// x·Wᵀ + bias for x [N, in], weight [out, in] and bias [out] (bias may be a null tensor): the
-/// product and the bias add are one op, with one node.
+/// act(x·Wᵀ + bias) for x [N, in], weight [out, in] and bias [out] (bias may be a null tensor): the
+/// product, the bias add and the activation are one pass over the output (the GEMM epilogue), with one
+/// autograd node. With gradients recorded, gelu runs as its own op after the product (its derivative
+/// needs the pre-activation, which the fused pass does not keep).
 template <class T>
-[[nodiscard]] Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias = {}) {
+[[nodiscard]] Tensor<T> linear(const Tensor<T>& x, const Tensor<T>& weight, const Tensor<T>& bias = {},
+                               activation act = activation::none) {
     autograd::detail::check_matrix(x, "linear", "the input");
     autograd::detail::check_matrix(weight, "linear", "the weight");
     if (x.shape()[1] != weight.shape()[1])
@@ -87,18 +110,19 @@ template <class T>
                      weight.shape(), " expects ", weight.shape()[1]);
     if (bias.defined() && (bias.rank() != 1 || bias.shape()[0] != weight.shape()[0]))
         detail::fail("dl::linear: bias of shape ", bias.shape(), " for a weight of shape ", weight.shape());
+    const bool records = is_floating_element<T> && autograd::any_records(x, weight, bias);
+    if (records && act == activation::gelu) return gelu(linear(x, weight, bias));
     Tensor<T> out({x.shape()[0], weight.shape()[0]}, x.context());
-    if (bias.defined()) {
-        assign(out, bias);  // broadcast over rows, then accumulate the product on top
-        autograd::detail::gemm_into(out, true, x, weight.detach().t());
-    } else {
-        autograd::detail::gemm_into(out, false, x, weight.detach().t());
-    }
+    const Tensor<T> b = bias.defined() ? bias.detach().contiguous() : Tensor<T>();  // the epilogue reads a pointer
+    autograd::detail::gemm_into(out, x.detach(), weight.detach().t(),
+                                dl::detail::gemm_epilogue<T>{.bias = b.defined() ? b.data() : nullptr, .act = act});
     if constexpr (is_floating_element<T>) {
-        if (autograd::any_records(x, weight, bias))
+        if (records)
             autograd::record(
                 out,
-                [](const Tensor<T>& g, const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b) {
+                [act, y = out.detach()](const Tensor<T>& grad, const Tensor<T>& in, const Tensor<T>& w,
+                                        const Tensor<T>& b) {
+                    const Tensor<T> g = autograd::detail::activation_grad(grad, y, act);
                     if (auto* n = autograd::node_of(in)) {
                         auto [dst, add] = autograd::detail::product_target(*n);
                         autograd::detail::gemm_into(dst, add, g, w);

@@ -4,6 +4,7 @@
 // Callers pick the chunking, never the pool, so results do not depend on how many threads ran them.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <concepts>
 #include <condition_variable>
 #include <cstdint>
@@ -83,7 +84,7 @@ public:
             next_.store(0, std::memory_order_relaxed);
             done_.store(0, std::memory_order_relaxed);
             error_ = nullptr;
-            ++generation_;
+            generation_.fetch_add(1, std::memory_order_release);
         }
         wake_.notify_all();
         run_chunks(task, count);
@@ -117,11 +118,12 @@ private:
         for (;;) {
             const task_ref* task;
             std::int64_t count;
+            spin_while_idle(seen);
             {
                 std::unique_lock lock(mutex_);
-                wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+                wake_.wait(lock, [&] { return stopping_ || generation_.load(std::memory_order_relaxed) != seen; });
                 if (stopping_) return;
-                seen = generation_;
+                seen = generation_.load(std::memory_order_relaxed);
                 if (!task_) continue;
                 task = task_;
                 count = count_;
@@ -130,6 +132,20 @@ private:
             run_chunks(*task, count);
             std::lock_guard lock(mutex_);
             if (--busy_workers_ == 0) finished_.notify_all();
+        }
+    }
+
+    // A worker that has just finished polls for the next parallel_for for a short while before it sleeps:
+    // a training step issues hundreds of them back to back, and waking a sleeping thread costs from
+    // microseconds to, on a busy virtual machine, a millisecond, by which time the caller has run
+    // every chunk alone.
+    void spin_while_idle(std::uint64_t seen) const {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+        for (int i = 1; generation_.load(std::memory_order_acquire) == seen; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            if (i % 256 == 0 && std::chrono::steady_clock::now() > until) return;
         }
     }
 
@@ -143,7 +159,7 @@ private:
     std::int64_t count_ = 0;
     std::atomic<std::int64_t> next_{0}, done_{0};
     std::exception_ptr error_;
-    std::uint64_t generation_ = 0;
+    std::atomic<std::uint64_t> generation_{0};
     int busy_workers_ = 0;
     bool stopping_ = false;
 };

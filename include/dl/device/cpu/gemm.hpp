@@ -1,0 +1,490 @@
+#pragma once
+// General matrix multiply C = act(alpha·A·B + beta·C + bias) + residual, for any strides, in the BLIS
+// style (Goto & van de Geijn, "Anatomy of high-performance matrix multiplication", 2008):
+//  - K is cut into blocks of kc, N into blocks of nc and M into blocks of mc. For each (nc, kc) block,
+//    B is packed into panels of NR columns (kc × NR contiguous: one micro-panel stays in L1 while it is
+//    reused), and for each mc block A is packed into panels of MR rows (the block stays in L2).
+//  - A register-blocked micro-kernel keeps an MR × NR tile of C in registers for the whole kc loop:
+//    each step loads NR/W vectors of B and broadcasts MR elements of A.
+//  - The epilogue (alpha, beta, bias, activation, residual) is applied to that tile while it is still in
+//    registers, after the last kc block, so Linear + bias + ReLU is one pass over the output.
+// Packing reads A and B through their strides, so all four transpose combinations and any view cost
+// the same (row-major A and B = Wᵀ go through register transposes). Products of a few rows skip
+// packing when B's rows are contiguous: the micro-kernel reads A and B in place.
+//
+// Threads: C is cut into one rectangle per thread (along M or N, whichever is larger), and each
+// rectangle is a serial product with its own packed panels: no synchronisation inside, and every C
+// element sums its k terms in the same order whatever the thread count.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "../../core/tensor.hpp"
+#include "../../expr/functors.hpp"
+#include "../../expr/simd.hpp"
+#include "../../prof/profiler.hpp"
+
+namespace dl {
+
+/// Activations a product can apply to its output tile (the GEMM epilogue).
+enum class activation : std::uint8_t { none, relu, gelu, sigmoid, tanh };
+
+}  // namespace dl
+
+namespace dl::detail {
+
+/// A strided matrix view: element (i, j) is data[i * row_stride + j * col_stride].
+template <class T>
+struct matrix_ref {
+    T* data = nullptr;
+    std::int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 0;
+    DL_INLINE T& operator()(std::int64_t i, std::int64_t j) const noexcept {
+        return data[i * row_stride + j * col_stride];
+    }
+};
+
+/// What happens to each element of C = A·B on its way out: out = act(alpha·(A·B) + beta·C + bias) + residual.
+/// beta == 0 means C is not read (it may hold NaN), as in BLAS.
+template <class T>
+struct gemm_epilogue {
+    T alpha = T(1), beta = T(0);
+    const T* bias = nullptr;    ///< contiguous; bias[j] per column (Linear) or bias[i] per row (conv)
+    bool bias_per_row = false;
+    activation act = activation::none;
+    matrix_ref<const T> residual{};  ///< same shape as C, added after the activation; none when data is null
+};
+
+template <activation A, class V>
+DL_INLINE V activate(const V& x) noexcept {
+    if constexpr (A == activation::relu) return ops::relu{}(x);
+    else if constexpr (A == activation::gelu) return ops::gelu{}(x);
+    else if constexpr (A == activation::sigmoid) return ops::sigmoid{}(x);
+    else if constexpr (A == activation::tanh) return ops::tanh{}(x);
+    else return x;
+}
+
+/// Calls f(std::integral_constant<activation, act>) so that the activation is a compile-time choice
+/// inside f.
+template <class F>
+DL_INLINE void with_activation(activation act, F&& f) {
+    switch (act) {
+        case activation::relu: return f(std::integral_constant<activation, activation::relu>{});
+        case activation::gelu: return f(std::integral_constant<activation, activation::gelu>{});
+        case activation::sigmoid: return f(std::integral_constant<activation, activation::sigmoid>{});
+        case activation::tanh: return f(std::integral_constant<activation, activation::tanh>{});
+        case activation::none: break;
+    }
+    f(std::integral_constant<activation, activation::none>{});
+}
+
+/// The value stored at C(i, j), from the product sum `acc` of one k block (V: a scalar or a batch of
+/// consecutive columns). `first`: the first k block (beta applies); `last`: the epilogue applies.
+/// One definition for the vector and the scalar path, so both give the same bits.
+template <activation A, class V, class T>
+DL_INLINE V finish(V acc, const gemm_epilogue<T>& ep, bool first, bool last, auto&& load_c, auto&& bias_at,
+                   auto&& residual_at) {
+    if (ep.alpha != T(1)) acc = acc * V(ep.alpha);
+    if (!first) acc = acc + load_c();
+    else if (ep.beta != T(0)) acc = simd::fma(V(ep.beta), load_c(), acc);
+    if (!last) return acc;
+    if (ep.bias) acc = acc + bias_at();
+    acc = activate<A>(acc);
+    if (ep.residual.data) acc = acc + residual_at();
+    return acc;
+}
+
+template <class T>
+void finish_scalar(const T* tile, std::int64_t tile_stride, const matrix_ref<T>& c, std::int64_t i0,
+                   std::int64_t j0, std::int64_t rows, std::int64_t cols, const gemm_epilogue<T>& ep, bool first,
+                   bool last) {
+    with_activation(ep.act, [&](auto act) {
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t n = 0; n < cols; ++n) {
+                const std::int64_t i = i0 + r, j = j0 + n;
+                c(i, j) = finish<act.value>(
+                    tile[r * tile_stride + n], ep, first, last, [&] { return c(i, j); },
+                    [&] { return ep.bias[ep.bias_per_row ? i : j]; }, [&] { return ep.residual(i, j); });
+            }
+    });
+}
+
+/// Per-thread scratch for packed panels, grown on demand and kept: a product allocates nothing once
+/// the thread has seen its size. Slot 0 holds A's panels, slot 1 B's.
+template <class T>
+T* gemm_scratch(int slot, std::int64_t count) {
+    thread_local std::vector<T> buffers[2];
+    constexpr std::size_t align = 64 / sizeof(T);
+    auto& b = buffers[slot];
+    if (b.size() < std::size_t(count) + align) b.resize(std::size_t(count) + align);
+    const auto address = reinterpret_cast<std::uintptr_t>(b.data());
+    return b.data() + (align - (address / sizeof(T)) % align) % align;
+}
+
+#ifndef DL_NO_SIMD
+/// Register blocking by target: an MR × NV·W tile of C in registers (W floats a vector). With 32 vector
+/// registers (AVX-512) 12 × 2 accumulators leave room for the B vectors; with 16 (AVX2, SSE), 6 × 2.
+template <class T>
+struct gemm_shape {
+    static constexpr int W = simd::width<T>;
+    static constexpr int NV = 2;
+    static constexpr int NR = NV * W;
+    static constexpr int MR = W * sizeof(T) >= 64 ? 12 : 6;
+    // kc · NR (one B micro-panel) fits L1; mc · kc (one A block) fits L2; kc · nc (B block) fits L3.
+        // (kc = 512 puts a B micro-panel past L1 on AVX-512, yet measured fastest here: it halves the
+    // passes over C.)
+    static constexpr std::int64_t KC = 512, MC = 16 * MR, NC = 4096;
+};
+
+/// acc = A-panel · B-panel over kc steps, for the first MR rows of the panel. Packed A:
+/// a[k * AStep + r]; packed B: b[k * NR + n]. Unpacked (the small path): A(r, k) = a[r * a_rs + k * a_ks],
+/// B(k, n) = b[k * b_ks + n].
+template <int MR, int NV, bool Packed, class T, int AStep = MR>
+DL_INLINE void micro_kernel(std::int64_t kc, const T* a, std::int64_t a_rs, std::int64_t a_ks, const T* b,
+                            std::int64_t b_ks, simd::batch<T> (&acc)[MR][NV]) {
+    using B = simd::batch<T>;
+    constexpr int W = simd::width<T>;
+    for (int r = 0; r < MR; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = B(T(0));
+    for (std::int64_t k = 0; k < kc; ++k) {
+        B bv[NV];
+        for (int v = 0; v < NV; ++v) bv[v] = simd::load(b + v * W);
+        for (int r = 0; r < MR; ++r) {
+            const B ar(Packed ? a[r] : a[r * a_rs]);
+            for (int v = 0; v < NV; ++v) acc[r][v] = simd::fma(ar, bv[v], acc[r][v]);
+        }
+        a += Packed ? AStep : a_ks;
+        b += Packed ? NV * W : b_ks;
+    }
+}
+
+/// Writes an MR × NR accumulator tile to C(i0.., j0..) through the epilogue; `rows` × `cols` of it are
+/// inside C. A full tile with contiguous C rows stays in registers; edges go through a small buffer.
+template <int MR, int NV, class T>
+DL_INLINE void store_tile(simd::batch<T> (&acc)[MR][NV], const matrix_ref<T>& c, std::int64_t i0, std::int64_t j0,
+                          std::int64_t rows, std::int64_t cols, const gemm_epilogue<T>& ep, bool first, bool last) {
+    using B = simd::batch<T>;
+    constexpr int W = simd::width<T>, NR = NV * W;
+    const bool residual_rows = !ep.residual.data || ep.residual.col_stride == 1;
+    if (rows == MR && cols == NR && c.col_stride == 1 && residual_rows) {
+        with_activation(last ? ep.act : activation::none, [&](auto act) {
+            for (int r = 0; r < MR; ++r) {
+                T* out = &c(i0 + r, j0);
+                for (int v = 0; v < NV; ++v)
+                    simd::store(out + v * W,
+                                finish<act.value>(
+                                    acc[r][v], ep, first, last, [&] { return simd::load(out + v * W); },
+                                    [&] {
+                                        return ep.bias_per_row ? B(ep.bias[i0 + r]) : simd::load(ep.bias + j0 + v * W);
+                                    },
+                                    [&] { return simd::load(&ep.residual(i0 + r, j0 + v * W)); }));
+            }
+        });
+        return;
+    }
+    alignas(64) T tile[MR * NR];
+    for (int r = 0; r < MR; ++r)
+        for (int v = 0; v < NV; ++v) simd::store(tile + r * NR + v * W, acc[r][v]);
+    finish_scalar(tile, NR, c, i0, j0, rows, cols, ep, first, last);
+}
+
+/// Calls f.template operator()<R>() for the compile-time R equal to rows (1 ≤ rows ≤ Max).
+template <int Max, class F>
+DL_INLINE void with_rows(std::int64_t rows, F&& f) {
+    if constexpr (Max >= 1) {
+        if (rows == Max) return f.template operator()<Max>();
+        with_rows<Max - 1>(rows, f);
+    }
+}
+
+/// dst[k * Step + r] = src[r * stride + k] for r < rows and k < kc: `rows` rows, contiguous along k, laid
+/// side by side, as packing needs for A's rows (row-major A) and for B's columns (B = Wᵀ). Element
+/// by element this is a strided store per element; with AVX the rows go through 8 × 8 and 4 × 4
+/// register transposes (xsimd 8 has no full-width interleave to write them portably).
+template <int Step, class T>
+void pack_transposed(const T* src, std::int64_t stride, int rows, std::int64_t kc, T* dst) {
+    int r = 0;
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float>) {
+        const std::int64_t k8 = kc / 8 * 8;
+        for (; r + 8 <= rows; r += 8) {
+            const float* s = src + r * stride;
+            for (std::int64_t k = 0; k < k8; k += 8) {
+                __m256 v[8];
+                for (int q = 0; q < 8; ++q) v[q] = _mm256_loadu_ps(s + q * stride + k);
+                const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+                const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+                const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+                const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+                const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+                const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+                const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+                const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+                float* d = dst + k * Step + r;
+                _mm256_storeu_ps(d + 0 * Step, _mm256_permute2f128_ps(u0, u4, 0x20));
+                _mm256_storeu_ps(d + 1 * Step, _mm256_permute2f128_ps(u1, u5, 0x20));
+                _mm256_storeu_ps(d + 2 * Step, _mm256_permute2f128_ps(u2, u6, 0x20));
+                _mm256_storeu_ps(d + 3 * Step, _mm256_permute2f128_ps(u3, u7, 0x20));
+                _mm256_storeu_ps(d + 4 * Step, _mm256_permute2f128_ps(u0, u4, 0x31));
+                _mm256_storeu_ps(d + 5 * Step, _mm256_permute2f128_ps(u1, u5, 0x31));
+                _mm256_storeu_ps(d + 6 * Step, _mm256_permute2f128_ps(u2, u6, 0x31));
+                _mm256_storeu_ps(d + 7 * Step, _mm256_permute2f128_ps(u3, u7, 0x31));
+            }
+            for (std::int64_t k = k8; k < kc; ++k)
+                for (int q = 0; q < 8; ++q) dst[k * Step + r + q] = s[q * stride + k];
+        }
+        const std::int64_t k4 = kc / 4 * 4;
+        for (; r + 4 <= rows; r += 4) {
+            const float* s = src + r * stride;
+            for (std::int64_t k = 0; k < k4; k += 4) {
+                __m128 v0 = _mm_loadu_ps(s + k), v1 = _mm_loadu_ps(s + stride + k);
+                __m128 v2 = _mm_loadu_ps(s + 2 * stride + k), v3 = _mm_loadu_ps(s + 3 * stride + k);
+                _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
+                float* d = dst + k * Step + r;
+                _mm_storeu_ps(d, v0);
+                _mm_storeu_ps(d + Step, v1);
+                _mm_storeu_ps(d + 2 * Step, v2);
+                _mm_storeu_ps(d + 3 * Step, v3);
+            }
+            for (std::int64_t k = k4; k < kc; ++k)
+                for (int q = 0; q < 4; ++q) dst[k * Step + r + q] = s[q * stride + k];
+        }
+    }
+#endif
+    for (; r < rows; ++r)
+        for (std::int64_t k = 0; k < kc; ++k) dst[k * Step + r] = src[r * stride + k];
+}
+
+/// Copies A(i0 .. i0+mc, k0 .. k0+kc) into panels of MR rows, k-major, the last panel zero-padded.
+template <int MR, class T>
+void pack_a(const matrix_ref<const T>& a, std::int64_t i0, std::int64_t mc, std::int64_t k0, std::int64_t kc, T* dst) {
+    for (std::int64_t p = 0; p < mc; p += MR, dst += MR * kc) {
+        const int rows = int(std::min<std::int64_t>(MR, mc - p));
+        if (a.col_stride == 1) {
+            pack_transposed<MR>(&a(i0 + p, k0), a.row_stride, rows, kc, dst);
+        } else {  // column by column: contiguous reads when A is transposed
+            for (std::int64_t k = 0; k < kc; ++k) {
+                const T* src = &a(i0 + p, k0 + k);
+                for (int r = 0; r < rows; ++r) dst[k * MR + r] = src[r * a.row_stride];
+            }
+        }
+        for (std::int64_t k = 0; k < kc && rows < MR; ++k) std::fill(dst + k * MR + rows, dst + (k + 1) * MR, T(0));
+    }
+}
+
+/// Copies B(k0 .. k0+kc, j0 .. j0+nc) into panels of NR columns, k-major, the last panel zero-padded.
+template <int NR, class T>
+void pack_b(const matrix_ref<const T>& b, std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t nc, T* dst) {
+    constexpr int W = simd::width<T>;
+    for (std::int64_t p = 0; p < nc; p += NR, dst += NR * kc) {
+        const int cols = int(std::min<std::int64_t>(NR, nc - p));
+        if (b.col_stride == 1 && cols == NR) {  // whole vectors (memcpy's call costs more than 128 bytes)
+            const T* src = &b(k0, j0 + p);
+            for (std::int64_t k = 0; k < kc; ++k, src += b.row_stride)
+                for (int v = 0; v < NR; v += W) simd::store(dst + k * NR + v, simd::load(src + v));
+            continue;
+        }
+        if (b.row_stride == 1) {
+            pack_transposed<NR>(&b(k0, j0 + p), b.col_stride, cols, kc, dst);
+        } else {
+            for (std::int64_t k = 0; k < kc; ++k) {
+                const T* src = &b(k0 + k, j0 + p);
+                for (int n = 0; n < cols; ++n) dst[k * NR + n] = src[n * b.col_stride];
+            }
+        }
+        for (std::int64_t k = 0; k < kc && cols < NR; ++k) std::fill(dst + k * NR + cols, dst + (k + 1) * NR, T(0));
+    }
+}
+
+/// One R × NR tile of C from packed panels (A's panels are MR rows wide; R ≤ MR).
+template <int R, class T>
+void packed_tile(std::int64_t kc, const T* pa, const T* pb, const matrix_ref<T>& c, std::int64_t i, std::int64_t j,
+                 std::int64_t cols, const gemm_epilogue<T>& ep, bool first, bool last) {
+    using S = gemm_shape<T>;
+    simd::batch<T> acc[R][S::NV];
+    micro_kernel<R, S::NV, true, T, S::MR>(kc, pa, 0, 0, pb, 0, acc);
+    store_tile<R, S::NV>(acc, c, i, j, R, cols, ep, first, last);
+}
+
+/// The packed product on one rectangle of C, serial.
+template <class T>
+void gemm_packed(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                 const gemm_epilogue<T>& ep, std::int64_t i_begin, std::int64_t i_end, std::int64_t j_begin,
+                 std::int64_t j_end) {
+    using S = gemm_shape<T>;
+    constexpr int MR = S::MR, NR = S::NR;
+    const std::int64_t K = a.cols;
+    const std::int64_t kc_max = std::min<std::int64_t>(S::KC, std::max<std::int64_t>(K, 1));
+    T* packed_b = gemm_scratch<T>(1, kc_max * ((std::min(S::NC, j_end - j_begin) + NR - 1) / NR * NR));
+    T* packed_a = gemm_scratch<T>(0, kc_max * ((std::min(S::MC, i_end - i_begin) + MR - 1) / MR * MR));
+    for (std::int64_t jc = j_begin; jc < j_end; jc += S::NC) {
+        const std::int64_t nc = std::min(S::NC, j_end - jc);
+        for (std::int64_t pc = 0; pc == 0 || pc < K; pc += S::KC) {
+            const std::int64_t kc = std::min(S::KC, K - pc);
+            const bool first = pc == 0, last = pc + S::KC >= K;
+            pack_b<NR>(b, pc, kc, jc, nc, packed_b);
+            for (std::int64_t ic = i_begin; ic < i_end; ic += S::MC) {
+                const std::int64_t mc = std::min(S::MC, i_end - ic);
+                pack_a<MR>(a, ic, mc, pc, kc, packed_a);
+                for (std::int64_t jr = 0; jr < nc; jr += NR)
+                    for (std::int64_t ir = 0; ir < mc; ir += MR) {
+                        // C's rows are far apart (and a power-of-two stride puts them in one cache set):
+                        // fetch them while the k loop runs.
+                        const std::int64_t rows = std::min<std::int64_t>(MR, mc - ir);
+                        const std::int64_t cols = std::min<std::int64_t>(NR, nc - jr);
+                        for (std::int64_t r = 0; r < rows; ++r) {
+                            const T* row = &c(ic + ir + r, jc + jr);
+                            __builtin_prefetch(row, 1);
+                            __builtin_prefetch(row + cols - 1, 1);
+                        }
+                        const T* pa = packed_a + ir * kc;
+                        const T* pb = packed_b + jr * kc;
+                        if (rows == MR) {
+                            packed_tile<MR, T>(kc, pa, pb, c, ic + ir, jc + jr, cols, ep, first, last);
+                            continue;
+                        }
+                        // The last rows of the block run a kernel of their own height, not MR rows of
+                        // zeros: it matters for small M.
+                        with_rows<MR - 1>(rows, [&]<int R>() {
+                            packed_tile<R, T>(kc, pa, pb, c, ic + ir, jc + jr, cols, ep, first, last);
+                        });
+                    }
+            }
+        }
+    }
+}
+
+/// One R × NV·W tile of C read straight from A and B (B's rows contiguous), no packing.
+template <int R, int NV, class T>
+void direct_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c, std::int64_t i,
+                 std::int64_t j, std::int64_t cols, const gemm_epilogue<T>& ep) {
+    simd::batch<T> acc[R][NV];
+    micro_kernel<R, NV, false>(a.cols, &a(i, 0), a.row_stride, a.col_stride, &b(0, j), b.row_stride, acc);
+    store_tile<R, NV>(acc, c, i, j, R, cols, ep, true, true);
+}
+
+/// The small path for B with contiguous rows: the micro-kernel reads A and B in place.
+template <class T>
+void gemm_direct_rows(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                      const gemm_epilogue<T>& ep, std::int64_t j_begin, std::int64_t j_end) {
+    using S = gemm_shape<T>;
+    constexpr int MR = S::MR, NV = S::NV, NR = S::NR, W = S::W;
+    const std::int64_t M = c.rows, K = a.cols;
+    auto rows = [&]<int V>(std::int64_t j, std::int64_t cols) {
+        std::int64_t i = 0;
+        for (; i + MR <= M; i += MR) direct_tile<MR, V>(a, b, c, i, j, cols, ep);
+        if (i < M) with_rows<MR - 1>(M - i, [&]<int R>() { direct_tile<R, V>(a, b, c, i, j, cols, ep); });
+    };
+    std::int64_t j = j_begin;
+    for (; j + NR <= j_end; j += NR) rows.template operator()<NV>(j, NR);
+    for (; j + W <= j_end; j += W) rows.template operator()<1>(j, W);
+    if (j < j_end) {  // fewer than W columns left
+        std::vector<T> tail(std::size_t(M * (j_end - j)));
+        for (std::int64_t i = 0; i < M; ++i)
+            for (std::int64_t n = j; n < j_end; ++n) {
+                T s(0);
+                for (std::int64_t k = 0; k < K; ++k) s += a(i, k) * b(k, n);
+                tail[std::size_t(i * (j_end - j) + (n - j))] = s;
+            }
+        finish_scalar(tail.data(), j_end - j, c, 0, j, M, j_end - j, ep, true, true);
+    }
+}
+
+#endif
+
+/// Any element type, one element at a time, accumulating in compute_t<T> (double stays double).
+template <class T>
+void gemm_scalar(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                 const gemm_epilogue<T>& ep, std::int64_t i_begin, std::int64_t i_end, std::int64_t j_begin,
+                 std::int64_t j_end) {
+    using Acc = compute_t<T>;
+    for (std::int64_t i = i_begin; i < i_end; ++i)
+        for (std::int64_t j = j_begin; j < j_end; ++j) {
+            Acc s(0);
+            for (std::int64_t k = 0; k < a.cols; ++k) s += static_cast<Acc>(a(i, k)) * static_cast<Acc>(b(k, j));
+            const T sum = static_cast<T>(s);
+            finish_scalar(&sum, 1, c, i, j, 1, 1, ep, true, true);
+        }
+}
+
+/// C = act(alpha·A·B + beta·C + bias) + residual (see gemm_epilogue). C must not overlap A, B or the
+/// residual. Runs on ctx's threads when large.
+template <class T>
+void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+          const gemm_epilogue<T>& ep, Context& ctx) {
+    const std::int64_t M = c.rows, N = c.cols, K = a.cols;
+    if (a.rows != M || b.rows != K || b.cols != N || (ep.residual.data && (ep.residual.rows != M || ep.residual.cols != N)))
+        fail("dl::gemm: shapes [", a.rows, ", ", a.cols, "]·[", b.rows, ", ", b.cols, "] into [", M, ", ", N, "]",
+             ep.residual.data ? " with a residual" : "", " do not match");
+    const prof::op_scope scope(ctx, "matmul", 2.0 * double(M) * double(N) * double(K),
+                               double(sizeof(T)) * double(M * K + K * N + M * N));
+    if (M == 0 || N == 0) return;
+    const std::int64_t work = M * N * std::max<std::int64_t>(K, 1);
+#ifndef DL_NO_SIMD
+    if constexpr (simd::has_batch<T>) {
+        using S = gemm_shape<T>;
+        // A few rows: packing would copy more than the product reads.
+        if ((M <= 4 || work < (std::int64_t{1} << 14)) && K > 0 && b.col_stride == 1)
+            return gemm_direct_rows(a, b, c, ep, 0, N);
+        const int threads = ctx.concurrency();
+        const bool split_rows = M >= N;
+        const std::int64_t extent = split_rows ? M : N, unit = split_rows ? S::MR : S::NR;
+        const std::int64_t parts =
+            threads > 1 && work >= (std::int64_t{1} << 20) ? std::min<std::int64_t>(threads, (extent + unit - 1) / unit) : 1;
+        if (parts <= 1) return gemm_packed(a, b, c, ep, 0, M, 0, N);
+        const std::int64_t per = ((extent + parts - 1) / parts + unit - 1) / unit * unit;
+        ctx.parallel_for(parts, [&](std::int64_t p) {
+            const std::int64_t begin = std::min(extent, p * per), end = std::min(extent, begin + per);
+            if (begin >= end) return;
+            if (split_rows) gemm_packed(a, b, c, ep, begin, end, 0, N);
+            else gemm_packed(a, b, c, ep, 0, M, begin, end);
+        });
+        return;
+    }
+#endif
+    if (ctx.concurrency() > 1 && work >= (std::int64_t{1} << 18))
+        return ctx.parallel_for(M, [&](std::int64_t i) { gemm_scalar(a, b, c, ep, i, i + 1, 0, N); });
+    gemm_scalar(a, b, c, ep, 0, M, 0, N);
+}
+
+/// C = A·B, or C += A·B when `accumulate`.
+template <class T>
+void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c, bool accumulate,
+          Context& ctx) {
+    gemm(a, b, c, gemm_epilogue<T>{.beta = accumulate ? T(1) : T(0)}, ctx);
+}
+
+/// `count` products C_n = A_n·B_n with A_n = a shifted by n·stride_a elements (likewise B, C): one
+/// call for attention heads, batched matmul and convolution groups. Small products run one per thread.
+template <class T>
+void gemm_batched(const matrix_ref<const T>& a, std::int64_t stride_a, const matrix_ref<const T>& b,
+                  std::int64_t stride_b, const matrix_ref<T>& c, std::int64_t stride_c, std::int64_t count,
+                  const gemm_epilogue<T>& ep, Context& ctx) {
+    if (ep.residual.data) fail("dl::gemm_batched: a residual is not supported for batched products");
+    auto shifted = [](auto m, std::int64_t by) {
+        m.data += by;
+        return m;
+    };
+    const std::int64_t work = c.rows * c.cols * std::max<std::int64_t>(a.cols, 1);
+    if (count > 1 && ctx.concurrency() > 1 && work < (std::int64_t{1} << 20) && count * work >= (std::int64_t{1} << 18)) {
+        ctx.parallel_for(count, [&](std::int64_t n) {
+            const serial_scope serial;  // each product on this thread: they are too small to split
+            gemm(shifted(a, n * stride_a), shifted(b, n * stride_b), shifted(c, n * stride_c), ep, ctx);
+        });
+        return;
+    }
+    for (std::int64_t n = 0; n < count; ++n)
+        gemm(shifted(a, n * stride_a), shifted(b, n * stride_b), shifted(c, n * stride_c), ep, ctx);
+}
+
+/// The matrix of a rank-2 tensor (or of a rank-2 view of one).
+template <class T>
+[[nodiscard]] matrix_ref<const T> as_matrix(const Tensor<T>& t) {
+    return {t.data(), t.shape()[0], t.shape()[1], t.strides()[0], t.strides()[1]};
+}
+template <class T>
+[[nodiscard]] matrix_ref<T> as_mutable_matrix(const Tensor<T>& t) {
+    return {t.data(), t.shape()[0], t.shape()[1], t.strides()[0], t.strides()[1]};
+}
+
+}  // namespace dl::detail
