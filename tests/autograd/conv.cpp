@@ -54,6 +54,10 @@ TEST_CASE("conv2d matches the direct definition: stride, padding, dilation, grou
         {{1, 3, 1, 1}, {2, 3, 1, 1}, {}},
         {{1, 1, 5, 5}, {1, 1, 5, 5}, {.padding = 1}},
         {{1, 4, 5, 4}, {4, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 4}},  // depthwise
+        // "Same" padding at stride 1: im2col/col2im's flat path (one shifted copy per kernel tap).
+        {{3, 3, 6, 5}, {4, 3, 3, 3}, {.padding = 1}},
+        {{1, 2, 5, 7}, {3, 2, 3, 5}, {.padding = {1, 2}}},
+        {{2, 1, 1, 4}, {2, 1, 1, 3}, {.padding = {0, 1}}},
     };
     for (const auto& c : cases) {
         CAPTURE(c.x);

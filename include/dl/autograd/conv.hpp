@@ -49,13 +49,50 @@ struct window_geometry {
     [[nodiscard]] std::int64_t column_cols() const noexcept { return oh * ow; }
 };
 
-/// Lowers image (strides sc, sh, sw) to col [C*kh*kw, oh*ow] (contiguous); padding reads as zero.
+/// The outputs x in [first, last) of one kernel column j whose input column x·stride - padding +
+/// j·dilation lies inside [0, w): outside it, the window reads padding.
+struct valid_span {
+    std::int64_t first, last;
+};
+[[nodiscard]] inline valid_span valid_outputs(std::int64_t j, std::int64_t w, std::int64_t ow, std::int64_t stride,
+                                              std::int64_t padding, std::int64_t dilation) {
+    const std::int64_t offset = j * dilation - padding;  // input column of output 0
+    const std::int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+    const std::int64_t last = offset >= w ? 0 : (w - 1 - offset) / stride + 1;
+    return {std::min(first, ow), std::clamp(last, std::min(first, ow), ow)};
+}
+
+/// Lowers image (strides sc, sh, sw) to the columns [C*kh*kw, oh*ow] at col, whose rows are `ld`
+/// elements apart (the columns of several images sit side by side); padding reads as zero.
 template <class T>
-void im2col(const T* image, std::int64_t sc, std::int64_t sh, std::int64_t sw, const window_geometry& g, T* col) {
+void im2col(const T* image, std::int64_t sc, std::int64_t sh, std::int64_t sw, const window_geometry& g, T* col,
+            std::int64_t ld) {
+    // Stride 1 with output rows as long as the input rows ("same" padding) and contiguous rows: a
+    // kernel tap's plane is the input plane shifted by a constant, so it is one flat copy with the
+    // padding columns zeroed afterwards, not one short copy per output row.
+    const bool flat = g.stride.h == 1 && g.stride.w == 1 && sw == 1 && sh == g.w && g.ow == g.w;
     for (std::int64_t c = 0; c < g.channels; ++c)
         for (std::int64_t i = 0; i < g.kh; ++i)
             for (std::int64_t j = 0; j < g.kw; ++j) {
-                T* row = col + ((c * g.kh + i) * g.kw + j) * g.oh * g.ow;
+                T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
+                const auto [first, last] = valid_outputs(j, g.w, g.ow, g.stride.w, g.padding.w, g.dilation.w);
+                if (flat) {
+                    const auto [y0, y1] = valid_outputs(i, g.h, g.oh, 1, g.padding.h, g.dilation.h);
+                    const std::int64_t shift = j * g.dilation.w - g.padding.w;
+                    const std::int64_t src = (y0 + i * g.dilation.h - g.padding.h) * g.w + shift;
+                    const std::int64_t count = (y1 - y0) * g.ow;
+                    const std::int64_t lo = std::max<std::int64_t>(0, -src), hi = std::min(count, g.h * g.w - src);
+                    const T* in = image + c * sc + src;
+                    T* out = row + y0 * g.ow;
+                    for (std::int64_t k = lo; k < hi; ++k) out[k] = in[k];
+                    for (std::int64_t y = y0; y < y1; ++y) {
+                        for (std::int64_t x = 0; x < first; ++x) row[y * g.ow + x] = T(0);
+                        for (std::int64_t x = last; x < g.ow; ++x) row[y * g.ow + x] = T(0);
+                    }
+                    std::fill(row, row + y0 * g.ow, T(0));
+                    std::fill(row + y1 * g.ow, row + g.oh * g.ow, T(0));
+                    continue;
+                }
                 for (std::int64_t y = 0; y < g.oh; ++y) {
                     const std::int64_t ih = y * g.stride.h - g.padding.h + i * g.dilation.h;
                     T* out = row + y * g.ow;
@@ -63,30 +100,46 @@ void im2col(const T* image, std::int64_t sc, std::int64_t sh, std::int64_t sw, c
                         std::fill(out, out + g.ow, T(0));
                         continue;
                     }
-                    const T* in = image + c * sc + ih * sh;
-                    for (std::int64_t x = 0; x < g.ow; ++x) {
-                        const std::int64_t iw = x * g.stride.w - g.padding.w + j * g.dilation.w;
-                        out[x] = iw >= 0 && iw < g.w ? in[iw * sw] : T(0);
-                    }
+                    const T* in = image + c * sc + ih * sh + (j * g.dilation.w - g.padding.w) * sw;
+                    const std::int64_t step = g.stride.w * sw;
+                    for (std::int64_t x = 0; x < first; ++x) out[x] = T(0);
+                    for (std::int64_t x = first; x < last; ++x) out[x] = in[x * step];
+                    for (std::int64_t x = last; x < g.ow; ++x) out[x] = T(0);
                 }
             }
 }
 
-/// The adjoint of im2col: adds each column entry back onto the contiguous image [C, H, W].
+/// The adjoint of im2col: adds each column entry (rows `ld` apart) back onto the contiguous image
+/// [C, H, W]. The entries that im2col read from padding are dropped; on the flat path (see im2col)
+/// they are zeroed first, which is why col is not const.
 template <class T>
-void col2im(const T* col, const window_geometry& g, T* image) {
+void col2im(T* col, std::int64_t ld, const window_geometry& g, T* image) {
+    const bool flat = g.stride.h == 1 && g.stride.w == 1 && g.ow == g.w;
     for (std::int64_t c = 0; c < g.channels; ++c)
         for (std::int64_t i = 0; i < g.kh; ++i)
             for (std::int64_t j = 0; j < g.kw; ++j) {
-                const T* row = col + ((c * g.kh + i) * g.kw + j) * g.oh * g.ow;
+                T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
+                const auto [first, last] = valid_outputs(j, g.w, g.ow, g.stride.w, g.padding.w, g.dilation.w);
+                if (flat) {
+                    const auto [y0, y1] = valid_outputs(i, g.h, g.oh, 1, g.padding.h, g.dilation.h);
+                    const std::int64_t src = (y0 + i * g.dilation.h - g.padding.h) * g.w + j * g.dilation.w - g.padding.w;
+                    const std::int64_t count = (y1 - y0) * g.ow;
+                    const std::int64_t lo = std::max<std::int64_t>(0, -src), hi = std::min(count, g.h * g.w - src);
+                    for (std::int64_t y = y0; y < y1; ++y) {
+                        for (std::int64_t x = 0; x < first; ++x) row[y * g.ow + x] = T(0);
+                        for (std::int64_t x = last; x < g.ow; ++x) row[y * g.ow + x] = T(0);
+                    }
+                    T* out = image + c * g.h * g.w + src;
+                    const T* in = row + y0 * g.ow;
+                    for (std::int64_t k = lo; k < hi; ++k) out[k] += in[k];
+                    continue;
+                }
                 for (std::int64_t y = 0; y < g.oh; ++y) {
                     const std::int64_t ih = y * g.stride.h - g.padding.h + i * g.dilation.h;
                     if (ih < 0 || ih >= g.h) continue;
-                    T* out = image + (c * g.h + ih) * g.w;
-                    for (std::int64_t x = 0; x < g.ow; ++x) {
-                        const std::int64_t iw = x * g.stride.w - g.padding.w + j * g.dilation.w;
-                        if (iw >= 0 && iw < g.w) out[iw] += row[y * g.ow + x];
-                    }
+                    T* out = image + (c * g.h + ih) * g.w + (j * g.dilation.w - g.padding.w);
+                    const T* in = row + y * g.ow;
+                    for (std::int64_t x = first; x < last; ++x) out[x * g.stride.w] += in[x];
                 }
             }
 }
@@ -156,17 +209,22 @@ template <class T>
         const Tensor<T> w = weight.detach().reshape({out_channels, rows});
         const auto& s = x.strides();
         const Tensor<T> b = bias.defined() ? bias.detach().contiguous() : Tensor<T>();  // the epilogue reads a pointer
+        // The images of a chunk are lowered side by side, so each group is one wide product
+        // [og, rows]·[rows, images·oh·ow] instead of one narrow product per image.
+        const std::int64_t plane = geo.column_cols();
         for_each_image_chunk(n, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
-            Tensor<T> col({geo.column_rows(), geo.column_cols()}, ctx);
-            for (std::int64_t i = first; i < last; ++i) {
-                im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
-                const Tensor<T> y = out.select(0, i).reshape({out_channels, geo.column_cols()});
-                for (std::int64_t g = 0; g < groups; ++g)
-                    gemm_into(y.slice(0, g * og, (g + 1) * og), w.slice(0, g * og, (g + 1) * og),
-                              col.slice(0, g * rows, (g + 1) * rows),
-                              dl::detail::gemm_epilogue<T>{.bias = b.defined() ? b.data() + g * og : nullptr,
-                                                           .bias_per_row = true});
-            }
+            const std::int64_t width = (last - first) * plane;
+            Tensor<T> col({geo.column_rows(), width}, ctx), y({out_channels, width}, ctx);
+            for (std::int64_t i = first; i < last; ++i)
+                im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data() + (i - first) * plane, width);
+            for (std::int64_t g = 0; g < groups; ++g)
+                gemm_into(y.slice(0, g * og, (g + 1) * og), w.slice(0, g * og, (g + 1) * og),
+                          col.slice(0, g * rows, (g + 1) * rows),
+                          dl::detail::gemm_epilogue<T>{.bias = b.defined() ? b.data() + g * og : nullptr,
+                                                       .bias_per_row = true});
+            for (std::int64_t i = first; i < last; ++i)
+                for (std::int64_t o = 0; o < out_channels; ++o)
+                    std::copy_n(y.data() + o * width + (i - first) * plane, plane, out.data() + (i * out_channels + o) * plane);
         });
     }
     if (autograd::any_records(x, weight, bias))
@@ -188,22 +246,26 @@ template <class T>
                 Tensor<T> partial_dw = w_node ? Tensor<T>({chunks, outs, rows}, ctx) : Tensor<T>();
                 const auto& s = in.strides();
                 for_each_image_chunk(images, ctx, [&](std::int64_t chunk, std::int64_t first, std::int64_t last) {
-                    Tensor<T> col({geo.column_rows(), cols}, ctx);
-                    const Tensor<T> dw = w_node ? partial_dw.select(0, chunk) : Tensor<T>();
-                    for (std::int64_t i = first; i < last; ++i) {
-                        const Tensor<T> gi = g.select(0, i).reshape({outs, cols});
-                        if (w_node) {
-                            im2col(in.data() + i * s[0], s[1], s[2], s[3], geo, col.data());
-                            for (std::int64_t k = 0; k < groups; ++k)
-                                gemm_into(dw.slice(0, k * og, (k + 1) * og), i > first, gi.slice(0, k * og, (k + 1) * og),
-                                          col.slice(0, k * rows, (k + 1) * rows).t());
-                        }
-                        if (x_node) {
-                            for (std::int64_t k = 0; k < groups; ++k)
-                                gemm_into(col.slice(0, k * rows, (k + 1) * rows), false,
-                                          w.slice(0, k * og, (k + 1) * og).t(), gi.slice(0, k * og, (k + 1) * og));
-                            col2im(col.data(), geo, x_node->grad.select(0, i).data());
-                        }
+                    // As in the forward: the chunk's images side by side, one wide product per group.
+                    const std::int64_t width = (last - first) * cols;
+                    Tensor<T> col({geo.column_rows(), width}, ctx), gc({outs, width}, ctx);
+                    for (std::int64_t i = first; i < last; ++i)
+                        for (std::int64_t o = 0; o < outs; ++o)
+                            std::copy_n(g.data() + (i * outs + o) * cols, cols, gc.data() + o * width + (i - first) * cols);
+                    if (w_node) {
+                        for (std::int64_t i = first; i < last; ++i)
+                            im2col(in.data() + i * s[0], s[1], s[2], s[3], geo, col.data() + (i - first) * cols, width);
+                        const Tensor<T> dw = partial_dw.select(0, chunk);
+                        for (std::int64_t k = 0; k < groups; ++k)
+                            gemm_into(dw.slice(0, k * og, (k + 1) * og), false, gc.slice(0, k * og, (k + 1) * og),
+                                      col.slice(0, k * rows, (k + 1) * rows).t());
+                    }
+                    if (x_node) {
+                        for (std::int64_t k = 0; k < groups; ++k)
+                            gemm_into(col.slice(0, k * rows, (k + 1) * rows), false, w.slice(0, k * og, (k + 1) * og).t(),
+                                      gc.slice(0, k * og, (k + 1) * og));
+                        for (std::int64_t i = first; i < last; ++i)
+                            col2im(col.data() + (i - first) * cols, width, geo, x_node->grad.select(0, i).data());
                     }
                 });
                 if (w_node) autograd::accumulate(*w_node, sum(partial_dw, {0}).reshape(wt.shape()));
