@@ -148,6 +148,13 @@ void col2im(T* col, std::int64_t ld, const window_geometry& g, T* image) {
 /// chunks are the same on every machine).
 [[nodiscard]] inline std::int64_t image_chunks(std::int64_t images) { return std::min<std::int64_t>(images, 8); }
 
+/// How many of a chunk's images one product covers. A product per image needs no copies, but when an
+/// image has few output pixels its product is too narrow for the GEMM's tiles: such images are
+/// lowered side by side into one wide product (and its output copied back to NCHW).
+[[nodiscard]] inline std::int64_t images_per_product(std::int64_t pixels, std::int64_t images) {
+    return pixels >= 256 ? 1 : images;
+}
+
 /// Runs f(chunk, first, last) for the image ranges of image_chunks(images) chunks on ctx's threads.
 template <class F>
 void for_each_image_chunk(std::int64_t images, Context& ctx, F&& f) {
@@ -209,22 +216,23 @@ template <class T>
         const Tensor<T> w = weight.detach().reshape({out_channels, rows});
         const auto& s = x.strides();
         const Tensor<T> b = bias.defined() ? bias.detach().contiguous() : Tensor<T>();  // the epilogue reads a pointer
-        // The images of a chunk are lowered side by side, so each group is one wide product
-        // [og, rows]·[rows, images·oh·ow] instead of one narrow product per image.
         const std::int64_t plane = geo.column_cols();
         for_each_image_chunk(n, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
-            const std::int64_t width = (last - first) * plane;
-            Tensor<T> col({geo.column_rows(), width}, ctx), y({out_channels, width}, ctx);
-            for (std::int64_t i = first; i < last; ++i)
-                im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data() + (i - first) * plane, width);
-            for (std::int64_t g = 0; g < groups; ++g)
-                gemm_into(y.slice(0, g * og, (g + 1) * og), w.slice(0, g * og, (g + 1) * og),
-                          col.slice(0, g * rows, (g + 1) * rows),
-                          dl::detail::gemm_epilogue<T>{.bias = b.defined() ? b.data() + g * og : nullptr,
-                                                       .bias_per_row = true});
-            for (std::int64_t i = first; i < last; ++i)
-                for (std::int64_t o = 0; o < out_channels; ++o)
-                    std::copy_n(y.data() + o * width + (i - first) * plane, plane, out.data() + (i * out_channels + o) * plane);
+            const std::int64_t per = images_per_product(plane, last - first), width = per * plane;
+            Tensor<T> col({geo.column_rows(), width}, ctx), wide = per > 1 ? Tensor<T>({out_channels, width}, ctx) : Tensor<T>();
+            for (std::int64_t i0 = first; i0 < last; i0 += per) {
+                const Tensor<T> y = per > 1 ? wide : out.select(0, i0).reshape({out_channels, plane});
+                for (std::int64_t i = i0; i < i0 + per; ++i)
+                    im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data() + (i - i0) * plane, width);
+                for (std::int64_t g = 0; g < groups; ++g)
+                    gemm_into(y.slice(0, g * og, (g + 1) * og), w.slice(0, g * og, (g + 1) * og),
+                              col.slice(0, g * rows, (g + 1) * rows),
+                              dl::detail::gemm_epilogue<T>{.bias = b.defined() ? b.data() + g * og : nullptr,
+                                                           .bias_per_row = true});
+                for (std::int64_t i = i0; i < i0 + per && per > 1; ++i)
+                    for (std::int64_t o = 0; o < out_channels; ++o)
+                        std::copy_n(y.data() + o * width + (i - i0) * plane, plane, out.data() + (i * out_channels + o) * plane);
+            }
         });
     }
     if (autograd::any_records(x, weight, bias))
@@ -246,26 +254,29 @@ template <class T>
                 Tensor<T> partial_dw = w_node ? Tensor<T>({chunks, outs, rows}, ctx) : Tensor<T>();
                 const auto& s = in.strides();
                 for_each_image_chunk(images, ctx, [&](std::int64_t chunk, std::int64_t first, std::int64_t last) {
-                    // As in the forward: the chunk's images side by side, one wide product per group.
-                    const std::int64_t width = (last - first) * cols;
-                    Tensor<T> col({geo.column_rows(), width}, ctx), gc({outs, width}, ctx);
-                    for (std::int64_t i = first; i < last; ++i)
-                        for (std::int64_t o = 0; o < outs; ++o)
-                            std::copy_n(g.data() + (i * outs + o) * cols, cols, gc.data() + o * width + (i - first) * cols);
-                    if (w_node) {
-                        for (std::int64_t i = first; i < last; ++i)
-                            im2col(in.data() + i * s[0], s[1], s[2], s[3], geo, col.data() + (i - first) * cols, width);
-                        const Tensor<T> dw = partial_dw.select(0, chunk);
-                        for (std::int64_t k = 0; k < groups; ++k)
-                            gemm_into(dw.slice(0, k * og, (k + 1) * og), false, gc.slice(0, k * og, (k + 1) * og),
-                                      col.slice(0, k * rows, (k + 1) * rows).t());
-                    }
-                    if (x_node) {
-                        for (std::int64_t k = 0; k < groups; ++k)
-                            gemm_into(col.slice(0, k * rows, (k + 1) * rows), false, w.slice(0, k * og, (k + 1) * og).t(),
-                                      gc.slice(0, k * og, (k + 1) * og));
-                        for (std::int64_t i = first; i < last; ++i)
-                            col2im(col.data() + (i - first) * cols, width, geo, x_node->grad.select(0, i).data());
+                    // As in the forward: narrow images side by side, one wide product per group.
+                    const std::int64_t per = images_per_product(cols, last - first), width = per * cols;
+                    Tensor<T> col({geo.column_rows(), width}, ctx), wide = per > 1 ? Tensor<T>({outs, width}, ctx) : Tensor<T>();
+                    for (std::int64_t i0 = first; i0 < last; i0 += per) {
+                        const Tensor<T> gc = per > 1 ? wide : g.select(0, i0).reshape({outs, cols});
+                        for (std::int64_t i = i0; i < i0 + per && per > 1; ++i)
+                            for (std::int64_t o = 0; o < outs; ++o)
+                                std::copy_n(g.data() + (i * outs + o) * cols, cols, gc.data() + o * width + (i - i0) * cols);
+                        if (w_node) {
+                            for (std::int64_t i = i0; i < i0 + per; ++i)
+                                im2col(in.data() + i * s[0], s[1], s[2], s[3], geo, col.data() + (i - i0) * cols, width);
+                            const Tensor<T> dw = partial_dw.select(0, chunk);
+                            for (std::int64_t k = 0; k < groups; ++k)
+                                gemm_into(dw.slice(0, k * og, (k + 1) * og), i0 > first, gc.slice(0, k * og, (k + 1) * og),
+                                          col.slice(0, k * rows, (k + 1) * rows).t());
+                        }
+                        if (x_node) {
+                            for (std::int64_t k = 0; k < groups; ++k)
+                                gemm_into(col.slice(0, k * rows, (k + 1) * rows), false,
+                                          w.slice(0, k * og, (k + 1) * og).t(), gc.slice(0, k * og, (k + 1) * og));
+                            for (std::int64_t i = i0; i < i0 + per; ++i)
+                                col2im(col.data() + (i - i0) * cols, width, geo, x_node->grad.select(0, i).data());
+                        }
                     }
                 });
                 if (w_node) autograd::accumulate(*w_node, sum(partial_dw, {0}).reshape(wt.shape()));
