@@ -40,11 +40,25 @@ void sgemm(benchmark::State& state) {
     set_gflops(state, 2.0 * double(n) * double(n) * double(n));
 }
 
+// u8·s8 → s32 (the quantized-inference product); `gflops` counts integer multiply-adds as 2 ops.
+void igemm(benchmark::State& state) {
+    const std::int64_t n = state.range(0);
+    dl::Context ctx({.seed = 1, .threads = int(state.range(1))});
+    std::vector<std::uint8_t> a(std::size_t(n * n));
+    std::vector<std::int8_t> b(std::size_t(n * n));
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::uint8_t(i * 37), b[i] = std::int8_t(i * 91);
+    std::vector<std::int32_t> c(std::size_t(n * n));
+    for (auto _ : state) {
+        dl::detail::gemm_u8s8({a.data(), n, n, n, 1}, {b.data(), n, n, n, 1}, {c.data(), n, n, n, 1}, false, ctx);
+        benchmark::DoNotOptimize(c.data());
+    }
+    set_gflops(state, 2.0 * double(n) * double(n) * double(n));
+}
+
 void register_square(const char* name, void (*f)(benchmark::State&), std::vector<int> threads) {
     for (std::int64_t n : sizes)
         for (int t : threads)
-            benchmark::RegisterBenchmark((std::string(name) + "/" + std::to_string(n) + "/" + std::to_string(t)).c_str(), f)
-                ->Args({n, t})
+            benchmark::RegisterBenchmark(name, f)->Args({n, t})
                 ->UseRealTime();
 }
 
@@ -175,6 +189,7 @@ std::string conv_name(const char* op, const conv_shape& s) {
 
 int main(int argc, char** argv) {
     register_square("sgemm", sgemm, {1, 2});
+    register_square("igemm", igemm, {1, 2});
     benchmark::RegisterBenchmark("linear_bias_relu/32/784/256", linear_bias_relu, true)->UseRealTime();
     benchmark::RegisterBenchmark("linear_bias_relu_unfused/32/784/256", linear_bias_relu, false)->UseRealTime();
     for (const conv_shape& s : conv_shapes) {

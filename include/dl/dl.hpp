@@ -18,6 +18,8 @@
 #include "expr/operators.hpp"
 
 #include "device/cpu/elementwise.hpp"
+#include "device/cpu/gemm.hpp"
+#include "device/cpu/gemm_int8.hpp"
 #include "device/cpu/reduce.hpp"
 
 #include "autograd/conv.hpp"

@@ -1,0 +1,147 @@
+#pragma once
+// Integer GEMM C (+)= A·B with A uint8, B int8 and C int32, exact (no saturation), for quantized
+// inference: activations are unsigned 8-bit, weights signed.
+//
+// Same structure as the float GEMM (gemm.hpp): panels packed, an MR × 32 tile of C in registers. The
+// packing groups k in fours, because AVX-512 VNNI's vpdpbusd multiplies four u8·s8 pairs and adds them
+// into one int32 lane: each step broadcasts 4 bytes of an A row and multiplies 64 bytes of B (16
+// columns × 4 k). Dispatch is at compile time: the VNNI kernel when the target has it
+// (__AVX512VNNI__, e.g. -march=native on Zen 4 / Ice Lake and later), otherwise a portable kernel over
+// the same packed panels. gemm_u8s8<false> forces the portable one (the tests run both).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "gemm.hpp"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define DL_HAVE_VNNI 1
+#else
+#define DL_HAVE_VNNI 0
+#endif
+
+namespace dl::detail {
+
+inline constexpr bool has_vnni = DL_HAVE_VNNI;
+
+struct int8_shape {
+    static constexpr int MR = 8, NR = 32;
+    static constexpr std::int64_t KC = 1024;  // k per packed block, a multiple of 4
+};
+
+/// A(i0.., k0..k0+kc) as MR-row panels of 4-byte k groups: p[(k4·MR + r)·4 + q] = A(i0+r, k0+4·k4+q).
+inline void pack_a_u8(const matrix_ref<const std::uint8_t>& a, std::int64_t i0, std::int64_t rows, std::int64_t k0,
+                      std::int64_t kc, std::uint8_t* p) {
+    constexpr int MR = int8_shape::MR;
+    const std::int64_t k4 = (kc + 3) / 4;
+    std::memset(p, 0, std::size_t(k4 * MR * 4));
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t k = 0; k < kc; ++k) p[((k / 4) * MR + r) * 4 + k % 4] = a(i0 + r, k0 + k);
+}
+
+/// B(k0.., j0..) as NR-column panels: p[(k4·NR + n)·4 + q] = B(k0+4·k4+q, j0+n).
+inline void pack_b_s8(const matrix_ref<const std::int8_t>& b, std::int64_t k0, std::int64_t kc, std::int64_t j0,
+                      std::int64_t cols, std::int8_t* p) {
+    constexpr int NR = int8_shape::NR;
+    const std::int64_t k4 = (kc + 3) / 4;
+    std::memset(p, 0, std::size_t(k4 * NR * 4));
+    for (std::int64_t k = 0; k < kc; ++k)
+        for (std::int64_t n = 0; n < cols; ++n) p[((k / 4) * NR + n) * 4 + k % 4] = b(k0 + k, j0 + n);
+}
+
+/// acc[r][n] = Σ A-panel(r, k)·B-panel(k, n) over k4 groups of four, on packed panels.
+template <bool Vnni>
+void int8_tile(std::int64_t k4, const std::uint8_t* pa, const std::int8_t* pb, std::int32_t (&acc)[int8_shape::MR][int8_shape::NR]) {
+    constexpr int MR = int8_shape::MR, NR = int8_shape::NR;
+#if DL_HAVE_VNNI
+    if constexpr (Vnni) {
+        __m512i sum[MR][2];
+        for (int r = 0; r < MR; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_si512();
+        for (std::int64_t k = 0; k < k4; ++k) {
+            const __m512i b0 = _mm512_loadu_si512(pb + k * NR * 4), b1 = _mm512_loadu_si512(pb + k * NR * 4 + 64);
+            for (int r = 0; r < MR; ++r) {
+                std::int32_t word;
+                std::memcpy(&word, pa + (k * MR + r) * 4, 4);
+                const __m512i av = _mm512_set1_epi32(word);
+                sum[r][0] = _mm512_dpbusd_epi32(sum[r][0], av, b0);
+                sum[r][1] = _mm512_dpbusd_epi32(sum[r][1], av, b1);
+            }
+        }
+        for (int r = 0; r < MR; ++r) {
+            _mm512_storeu_si512(acc[r], sum[r][0]);
+            _mm512_storeu_si512(acc[r] + 16, sum[r][1]);
+        }
+        return;
+    }
+#endif
+    for (int r = 0; r < MR; ++r)
+        for (int n = 0; n < NR; ++n) acc[r][n] = 0;
+    for (std::int64_t k = 0; k < k4; ++k)
+        for (int r = 0; r < MR; ++r) {
+            const std::uint8_t* av = pa + (k * MR + r) * 4;
+            for (int n = 0; n < NR; ++n) {
+                const std::int8_t* bv = pb + (k * NR + n) * 4;
+                acc[r][n] += std::int32_t(av[0]) * bv[0] + std::int32_t(av[1]) * bv[1] + std::int32_t(av[2]) * bv[2] +
+                             std::int32_t(av[3]) * bv[3];
+            }
+        }
+}
+
+/// The packed int8 product on rows [i_begin, i_end) of C, serial.
+template <bool Vnni>
+void gemm_u8s8_rows(const matrix_ref<const std::uint8_t>& a, const matrix_ref<const std::int8_t>& b,
+                    const matrix_ref<std::int32_t>& c, bool accumulate, std::int64_t i_begin, std::int64_t i_end) {
+    constexpr int MR = int8_shape::MR, NR = int8_shape::NR;
+    const std::int64_t K = a.cols, N = c.cols;
+    const std::int64_t kc_max = std::min<std::int64_t>(int8_shape::KC, std::max<std::int64_t>(K, 4));
+    const std::int64_t k4_max = (kc_max + 3) / 4;
+    std::uint8_t* pa = gemm_scratch<std::uint8_t>(0, k4_max * MR * 4);
+    std::int8_t* pb = gemm_scratch<std::int8_t>(1, k4_max * NR * 4 * ((N + NR - 1) / NR));
+    std::int32_t acc[MR][NR];
+    for (std::int64_t pc = 0; pc == 0 || pc < K; pc += int8_shape::KC) {
+        const std::int64_t kc = std::min(int8_shape::KC, K - pc), k4 = (kc + 3) / 4;
+        const bool add = accumulate || pc > 0;
+        for (std::int64_t j = 0; j < N; j += NR)
+            pack_b_s8(b, pc, kc, j, std::min<std::int64_t>(NR, N - j), pb + (j / NR) * k4 * NR * 4);
+        for (std::int64_t i = i_begin; i < i_end; i += MR) {
+            const std::int64_t rows = std::min<std::int64_t>(MR, i_end - i);
+            pack_a_u8(a, i, rows, pc, kc, pa);
+            for (std::int64_t j = 0; j < N; j += NR) {
+                int8_tile<Vnni>(k4, pa, pb + (j / NR) * k4 * NR * 4, acc);
+                const std::int64_t cols = std::min<std::int64_t>(NR, N - j);
+                for (std::int64_t r = 0; r < rows; ++r)
+                    for (std::int64_t n = 0; n < cols; ++n) {
+                        std::int32_t& out = c(i + r, j + n);
+                        out = add ? out + acc[r][n] : acc[r][n];
+                    }
+            }
+        }
+    }
+}
+
+/// C = A·B (or C += A·B when `accumulate`) for A [M, K] uint8, B [K, N] int8 and C [M, N] int32, any
+/// strides; exact. Split over rows of C on ctx's threads when large. Vnni = false forces the portable
+/// kernel on a VNNI machine.
+template <bool Vnni = has_vnni>
+void gemm_u8s8(const matrix_ref<const std::uint8_t>& a, const matrix_ref<const std::int8_t>& b,
+               const matrix_ref<std::int32_t>& c, bool accumulate, Context& ctx) {
+    const std::int64_t M = c.rows, N = c.cols, K = a.cols;
+    if (a.rows != M || b.rows != K || b.cols != N)
+        fail("dl::gemm_u8s8: shapes [", a.rows, ", ", a.cols, "]·[", b.rows, ", ", b.cols, "] into [", M, ", ", N,
+             "] do not match");
+    const prof::op_scope scope(ctx, "matmul_int8", 2.0 * double(M) * double(N) * double(K),
+                               double(M * K + K * N + 4 * M * N));
+    if (M == 0 || N == 0) return;
+    constexpr int MR = int8_shape::MR;
+    const int threads = ctx.concurrency();
+    const std::int64_t parts = threads > 1 && M * N * K >= (std::int64_t{1} << 20) ? std::min<std::int64_t>(threads, (M + MR - 1) / MR) : 1;
+    if (parts <= 1) return gemm_u8s8_rows<Vnni>(a, b, c, accumulate, 0, M);
+    const std::int64_t per = ((M + parts - 1) / parts + MR - 1) / MR * MR;
+    ctx.parallel_for(parts, [&](std::int64_t p) {
+        const std::int64_t begin = std::min(M, p * per), end = std::min(M, begin + per);
+        if (begin < end) gemm_u8s8_rows<Vnni>(a, b, c, accumulate, begin, end);
+    });
+}
+
+}  // namespace dl::detail
