@@ -62,35 +62,51 @@ struct valid_span {
     return {std::min(first, ow), std::clamp(last, std::min(first, ow), ow)};
 }
 
+/// Stride 1 with output rows as long as the input rows ("same" padding): a kernel tap (i, j) reads the
+/// input plane shifted by a constant, so its output plane is one flat copy, with the padding columns
+/// fixed up afterwards, instead of one short copy per output row. For tap (i, j): output rows
+/// [y0, y1) read input rows; output element y0·ow + k (lo ≤ k < hi) is input element src + k.
+struct flat_tap {
+    std::int64_t y0, y1, src, lo, hi;
+};
+[[nodiscard]] inline bool has_flat_taps(const window_geometry& g) {
+    return g.stride.h == 1 && g.stride.w == 1 && g.ow == g.w;
+}
+[[nodiscard]] inline flat_tap flat_tap_of(const window_geometry& g, std::int64_t i, std::int64_t j) {
+    const auto [y0, y1] = valid_outputs(i, g.h, g.oh, 1, g.padding.h, g.dilation.h);
+    const std::int64_t src = (y0 + i * g.dilation.h - g.padding.h) * g.w + j * g.dilation.w - g.padding.w;
+    return {y0, y1, src, std::max<std::int64_t>(0, -src), std::min((y1 - y0) * g.ow, g.h * g.w - src)};
+}
+/// Zeroes the entries of output rows [y0, y1) outside the valid columns [first, last) (one or two per
+/// row: plain loops, a memset call each would cost more).
+template <class T>
+void zero_padding_columns(T* plane, const flat_tap& t, valid_span cols, std::int64_t ow) {
+    for (std::int64_t y = t.y0; y < t.y1; ++y) {
+        for (std::int64_t x = 0; x < cols.first; ++x) plane[y * ow + x] = T(0);
+        for (std::int64_t x = cols.last; x < ow; ++x) plane[y * ow + x] = T(0);
+    }
+}
+
 /// Lowers image (strides sc, sh, sw) to the columns [C*kh*kw, oh*ow] at col, whose rows are `ld`
 /// elements apart (the columns of several images sit side by side); padding reads as zero.
 template <class T>
 void im2col(const T* image, std::int64_t sc, std::int64_t sh, std::int64_t sw, const window_geometry& g, T* col,
             std::int64_t ld) {
-    // Stride 1 with output rows as long as the input rows ("same" padding) and contiguous rows: a
-    // kernel tap's plane is the input plane shifted by a constant, so it is one flat copy with the
-    // padding columns zeroed afterwards, not one short copy per output row.
-    const bool flat = g.stride.h == 1 && g.stride.w == 1 && sw == 1 && sh == g.w && g.ow == g.w;
+    const bool flat = has_flat_taps(g) && sw == 1 && sh == g.w;
     for (std::int64_t c = 0; c < g.channels; ++c)
         for (std::int64_t i = 0; i < g.kh; ++i)
             for (std::int64_t j = 0; j < g.kw; ++j) {
                 T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
-                const auto [first, last] = valid_outputs(j, g.w, g.ow, g.stride.w, g.padding.w, g.dilation.w);
+                const valid_span cols = valid_outputs(j, g.w, g.ow, g.stride.w, g.padding.w, g.dilation.w);
+                const auto [first, last] = cols;
                 if (flat) {
-                    const auto [y0, y1] = valid_outputs(i, g.h, g.oh, 1, g.padding.h, g.dilation.h);
-                    const std::int64_t shift = j * g.dilation.w - g.padding.w;
-                    const std::int64_t src = (y0 + i * g.dilation.h - g.padding.h) * g.w + shift;
-                    const std::int64_t count = (y1 - y0) * g.ow;
-                    const std::int64_t lo = std::max<std::int64_t>(0, -src), hi = std::min(count, g.h * g.w - src);
-                    const T* in = image + c * sc + src;
-                    T* out = row + y0 * g.ow;
-                    for (std::int64_t k = lo; k < hi; ++k) out[k] = in[k];
-                    for (std::int64_t y = y0; y < y1; ++y) {
-                        for (std::int64_t x = 0; x < first; ++x) row[y * g.ow + x] = T(0);
-                        for (std::int64_t x = last; x < g.ow; ++x) row[y * g.ow + x] = T(0);
-                    }
-                    std::fill(row, row + y0 * g.ow, T(0));
-                    std::fill(row + y1 * g.ow, row + g.oh * g.ow, T(0));
+                    const flat_tap t = flat_tap_of(g, i, j);
+                    const T* in = image + c * sc + t.src;
+                    T* out = row + t.y0 * g.ow;
+                    for (std::int64_t k = t.lo; k < t.hi; ++k) out[k] = in[k];
+                    zero_padding_columns(row, t, cols, g.ow);
+                    std::fill(row, row + t.y0 * g.ow, T(0));
+                    std::fill(row + t.y1 * g.ow, row + g.oh * g.ow, T(0));
                     continue;
                 }
                 for (std::int64_t y = 0; y < g.oh; ++y) {
@@ -114,24 +130,19 @@ void im2col(const T* image, std::int64_t sc, std::int64_t sh, std::int64_t sw, c
 /// they are zeroed first, which is why col is not const.
 template <class T>
 void col2im(T* col, std::int64_t ld, const window_geometry& g, T* image) {
-    const bool flat = g.stride.h == 1 && g.stride.w == 1 && g.ow == g.w;
+    const bool flat = has_flat_taps(g);
     for (std::int64_t c = 0; c < g.channels; ++c)
         for (std::int64_t i = 0; i < g.kh; ++i)
             for (std::int64_t j = 0; j < g.kw; ++j) {
                 T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
-                const auto [first, last] = valid_outputs(j, g.w, g.ow, g.stride.w, g.padding.w, g.dilation.w);
+                const valid_span cols = valid_outputs(j, g.w, g.ow, g.stride.w, g.padding.w, g.dilation.w);
+                const auto [first, last] = cols;
                 if (flat) {
-                    const auto [y0, y1] = valid_outputs(i, g.h, g.oh, 1, g.padding.h, g.dilation.h);
-                    const std::int64_t src = (y0 + i * g.dilation.h - g.padding.h) * g.w + j * g.dilation.w - g.padding.w;
-                    const std::int64_t count = (y1 - y0) * g.ow;
-                    const std::int64_t lo = std::max<std::int64_t>(0, -src), hi = std::min(count, g.h * g.w - src);
-                    for (std::int64_t y = y0; y < y1; ++y) {
-                        for (std::int64_t x = 0; x < first; ++x) row[y * g.ow + x] = T(0);
-                        for (std::int64_t x = last; x < g.ow; ++x) row[y * g.ow + x] = T(0);
-                    }
-                    T* out = image + c * g.h * g.w + src;
-                    const T* in = row + y0 * g.ow;
-                    for (std::int64_t k = lo; k < hi; ++k) out[k] += in[k];
+                    const flat_tap t = flat_tap_of(g, i, j);
+                    zero_padding_columns(row, t, cols, g.ow);
+                    T* out = image + c * g.h * g.w + t.src;
+                    const T* in = row + t.y0 * g.ow;
+                    for (std::int64_t k = t.lo; k < t.hi; ++k) out[k] += in[k];
                     continue;
                 }
                 for (std::int64_t y = 0; y < g.oh; ++y) {

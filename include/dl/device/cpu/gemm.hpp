@@ -25,6 +25,10 @@
 #include "../../expr/simd.hpp"
 #include "../../prof/profiler.hpp"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace dl {
 
 /// Activations a product can apply to its output tile (the GEMM epilogue).
@@ -131,7 +135,7 @@ struct gemm_shape {
     static constexpr int NR = NV * W;
     static constexpr int MR = W * sizeof(T) >= 64 ? 12 : 6;
     // kc · NR (one B micro-panel) fits L1; mc · kc (one A block) fits L2; kc · nc (B block) fits L3.
-        // (kc = 512 puts a B micro-panel past L1 on AVX-512, yet measured fastest here: it halves the
+    // (kc = 512 puts a B micro-panel past L1 on AVX-512, yet measured fastest here: it halves the
     // passes over C.)
     static constexpr std::int64_t KC = 512, MC = 16 * MR, NC = 4096;
 };
@@ -366,30 +370,30 @@ void direct_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, con
 /// The small path for B with contiguous rows: the micro-kernel reads A and B in place.
 template <class T>
 void gemm_direct_rows(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
-                      const gemm_epilogue<T>& ep, std::int64_t j_begin, std::int64_t j_end) {
+                      const gemm_epilogue<T>& ep) {
     using S = gemm_shape<T>;
     constexpr int MR = S::MR, NV = S::NV, NR = S::NR, W = S::W;
-    const std::int64_t M = c.rows, K = a.cols;
+    const std::int64_t M = c.rows, N = c.cols, K = a.cols;
     auto rows = [&]<int V>(std::int64_t j, std::int64_t cols) {
         std::int64_t i = 0;
         for (; i + MR <= M; i += MR) direct_tile<MR, V>(a, b, c, i, j, cols, ep);
         if (i < M) with_rows<MR - 1>(M - i, [&]<int R>() { direct_tile<R, V>(a, b, c, i, j, cols, ep); });
     };
-    std::int64_t j = j_begin;
-    for (; j + NR <= j_end; j += NR) rows.template operator()<NV>(j, NR);
-    for (; j + W <= j_end; j += W) rows.template operator()<1>(j, W);
-    if (j < j_end) {  // fewer than W columns left
-        std::vector<T> tail(std::size_t(M * (j_end - j)));
-        for (std::int64_t i = 0; i < M; ++i)
-            for (std::int64_t n = j; n < j_end; ++n) {
-                T s(0);
-                for (std::int64_t k = 0; k < K; ++k) s += a(i, k) * b(k, n);
-                tail[std::size_t(i * (j_end - j) + (n - j))] = s;
-            }
-        finish_scalar(tail.data(), j_end - j, c, 0, j, M, j_end - j, ep, true, true);
+    std::int64_t j = 0;
+    for (; j + NR <= N; j += NR) rows.template operator()<NV>(j, NR);
+    for (; j + W <= N; j += W) rows.template operator()<1>(j, W);
+    if (j == N) return;
+    // Fewer than W columns left: a vector load would read past B's rows.
+    for (std::int64_t i = 0; i < M; ++i) {
+        T sums[W];
+        for (std::int64_t n = j; n < N; ++n) {
+            T s(0);
+            for (std::int64_t k = 0; k < K; ++k) s += a(i, k) * b(k, n);
+            sums[n - j] = s;
+        }
+        finish_scalar(sums, W, c, i, j, 1, N - j, ep, true, true);
     }
 }
-
 #endif
 
 /// Any element type, one element at a time, accumulating in compute_t<T> (double stays double).
@@ -425,7 +429,7 @@ void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matr
         using S = gemm_shape<T>;
         // A few rows: packing would copy more than the product reads.
         if ((M <= 4 || work < (std::int64_t{1} << 14)) && K > 0 && b.col_stride == 1)
-            return gemm_direct_rows(a, b, c, ep, 0, N);
+            return gemm_direct_rows(a, b, c, ep);
         const int threads = ctx.concurrency();
         const bool split_rows = M >= N;
         const std::int64_t extent = split_rows ? M : N, unit = split_rows ? S::MR : S::NR;
