@@ -134,6 +134,12 @@ TEST_CASE("max_pool2d and avg_pool2d against scalar windows, with gradients") {
     m.backward(dl::ones<float>({1, 1, 1, 1}));
     CHECK(n.grad()(0, 0, 0, 1) == 1);
     CHECK(n.grad()(0, 0, 1, 0) == 0);
+    // Ties go to the first position in row-major window order, and so does the first of two NaNs.
+    Tensor<float> ties = dl::tensor<float>({{{{5, 5, NAN, 1}, {5, 5, 2, NAN}}}}).requires_grad_();
+    dl::max_pool2d(ties, {.kernel = 2}).backward(dl::ones<float>({1, 1, 1, 2}));
+    CHECK(ties.grad()(0, 0, 0, 0) == 1);
+    CHECK(ties.grad()(0, 0, 0, 2) == 1);
+    CHECK(float(dl::sum(ties.grad()).item()) == 2);
 
     CHECK(dl_test::error_message([&] { (void)dl::max_pool2d(x, {.kernel = 2, .padding = 2}); }).find("half") !=
           std::string::npos);

@@ -390,20 +390,45 @@ template <class T>
     const Tensor<T> in = x.detach().contiguous();
     Tensor<T> out({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
     Tensor<std::int32_t> winner({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
-    for_each_output(planes, g.oh, g.ow, x.context(), [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
-        const T* plane = in.data() + p * g.h * g.w;
-        const std::int64_t h0 = y * g.stride.h - g.padding.h, w0 = xx * g.stride.w - g.padding.w;
-        T best = -std::numeric_limits<T>::infinity();
-        std::int64_t at = -1;
-        for (std::int64_t i = std::max<std::int64_t>(h0, 0); i < std::min(h0 + g.kh, g.h); ++i)
-            for (std::int64_t j = std::max<std::int64_t>(w0, 0); j < std::min(w0 + g.kw, g.w); ++j) {
-                const T v = plane[i * g.w + j];
-                if (at < 0 || v > best || (v != v && best == best)) best = v, at = i * g.w + j;
-            }
-        const std::int64_t k = (p * g.oh + y) * g.ow + xx;
-        out.data()[k] = best;
-        winner.data()[k] = static_cast<std::int32_t>(at);
-    });
+    // A NaN wins over numbers, else the first largest value in row-major window order (as PyTorch).
+    auto better = [](T v, T best) { return v > best || (v != v && best == best); };
+    if (g.kh == 2 && g.kw == 2 && g.stride.h == 2 && g.stride.w == 2 && g.padding.h == 0 && g.padding.w == 0) {
+        // The common 2×2 window: no bounds, no loops over the window, one pass per output row.
+        for_each_image_chunk(planes, x.context(), [&](std::int64_t, std::int64_t first, std::int64_t last) {
+            for (std::int64_t p = first; p < last; ++p)
+                for (std::int64_t y = 0; y < g.oh; ++y) {
+                    const T* r0 = in.data() + (p * g.h + 2 * y) * g.w;
+                    const T* r1 = r0 + g.w;
+                    T* o = out.data() + (p * g.oh + y) * g.ow;
+                    std::int32_t* win = winner.data() + (p * g.oh + y) * g.ow;
+                    const auto top = std::int32_t(2 * y * g.w);
+                    for (std::int64_t xx = 0; xx < g.ow; ++xx) {
+                        T best = r0[2 * xx];
+                        std::int32_t at = top + std::int32_t(2 * xx);
+                        if (better(r0[2 * xx + 1], best)) best = r0[2 * xx + 1], at = top + std::int32_t(2 * xx + 1);
+                        if (better(r1[2 * xx], best)) best = r1[2 * xx], at = top + std::int32_t(g.w + 2 * xx);
+                        if (better(r1[2 * xx + 1], best)) best = r1[2 * xx + 1], at = top + std::int32_t(g.w + 2 * xx + 1);
+                        o[xx] = best;
+                        win[xx] = at;
+                    }
+                }
+        });
+    } else {
+        for_each_output(planes, g.oh, g.ow, x.context(), [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
+            const T* plane = in.data() + p * g.h * g.w;
+            const std::int64_t h0 = y * g.stride.h - g.padding.h, w0 = xx * g.stride.w - g.padding.w;
+            T best = -std::numeric_limits<T>::infinity();
+            std::int64_t at = -1;
+            for (std::int64_t i = std::max<std::int64_t>(h0, 0); i < std::min(h0 + g.kh, g.h); ++i)
+                for (std::int64_t j = std::max<std::int64_t>(w0, 0); j < std::min(w0 + g.kw, g.w); ++j) {
+                    const T v = plane[i * g.w + j];
+                    if (at < 0 || better(v, best)) best = v, at = i * g.w + j;
+                }
+            const std::int64_t k = (p * g.oh + y) * g.ow + xx;
+            out.data()[k] = best;
+            winner.data()[k] = static_cast<std::int32_t>(at);
+        });
+    }
     if (autograd::records(x))
         autograd::record(
             out,
