@@ -217,6 +217,12 @@ TEST_CASE("matmul and linear run on the GEMM: fused linear + bias + activation e
         if (act == dl::activation::relu) unfused = dl::relu(unfused);
         if (act == dl::activation::sigmoid) unfused = dl::sigmoid(unfused);
         if (act == dl::activation::tanh) unfused = dl::tanh(unfused);
-        for (std::int64_t i = 0; i < fused.numel(); ++i) CHECK(fused.data()[i] == unfused.data()[i]);
+        // relu is exact; sigmoid and tanh may round differently in the last bits, because an edge tile
+        // (or the BLAS backend's pass) evaluates them one element at a time and the unfused op in SIMD.
+        for (std::int64_t i = 0; i < fused.numel(); ++i) {
+            const double want = unfused.data()[i], got = fused.data()[i];
+            if (act == dl::activation::relu) CHECK(got == want);
+            else CHECK(std::abs(got - want) <= 4e-7 * std::max(1.0, std::abs(want)));
+        }
     }
 }

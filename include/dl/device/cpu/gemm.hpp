@@ -12,6 +12,9 @@
 // the same (row-major A and B = Wᵀ go through register transposes). Products of a few rows skip
 // packing when B's rows are contiguous: the micro-kernel reads A and B in place.
 //
+// With DL_USE_BLAS (the CMake option of that name) float and double products go to OpenBLAS instead,
+// and the epilogue runs as a pass over C after it (see blas_gemm).
+//
 // Threads: C is cut into one rectangle per thread (along M or N, whichever is larger), and each
 // rectangle is a serial product with its own packed panels: no synchronisation inside, and every C
 // element sums its k terms in the same order whatever the thread count.
@@ -27,6 +30,9 @@
 
 #if defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#ifdef DL_USE_BLAS
+#include <cblas.h>
 #endif
 
 namespace dl {
@@ -411,8 +417,47 @@ void gemm_scalar(const matrix_ref<const T>& a, const matrix_ref<const T>& b, con
         }
 }
 
+#ifdef DL_USE_BLAS
+/// The DL_USE_BLAS backend: cblas_?gemm for the product (alpha, beta), then bias, activation and residual
+/// in one pass over C. Returns false (dl's kernel then runs) for layouts BLAS cannot describe: C's
+/// columns not contiguous, or an operand with neither stride 1. OpenBLAS uses its own threads
+/// (OPENBLAS_NUM_THREADS), not the Context's.
+template <class T>
+bool blas_gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+               const gemm_epilogue<T>& ep) {
+    const std::int64_t M = c.rows, N = c.cols, K = a.cols;
+    // Row-major operand X [rows, cols]: untransposed with leading dimension row_stride when its rows are
+    // contiguous, else transposed with col_stride when its columns are.
+    struct operand {
+        bool ok;
+        CBLAS_TRANSPOSE trans;
+        std::int64_t ld;
+    };
+    auto describe = [](const auto& x) {
+        if (x.col_stride == 1 && x.row_stride >= std::max<std::int64_t>(1, x.cols)) return operand{true, CblasNoTrans, x.row_stride};
+        if (x.row_stride == 1 && x.col_stride >= std::max<std::int64_t>(1, x.rows)) return operand{true, CblasTrans, x.col_stride};
+        return operand{false, CblasNoTrans, 0};
+    };
+    const operand oa = describe(a), ob = describe(b);
+    if (K == 0 || !oa.ok || !ob.ok || c.col_stride != 1 || c.row_stride < std::max<std::int64_t>(1, N)) return false;
+    if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, oa.trans, ob.trans, int(M), int(N), int(K), ep.alpha, a.data, int(oa.ld), b.data,
+                    int(ob.ld), ep.beta, c.data, int(c.row_stride));
+    else
+        cblas_dgemm(CblasRowMajor, oa.trans, ob.trans, int(M), int(N), int(K), ep.alpha, a.data, int(oa.ld), b.data,
+                    int(ob.ld), ep.beta, c.data, int(c.row_stride));
+    if (ep.bias || ep.act != activation::none || ep.residual.data) {
+        gemm_epilogue<T> rest = ep;
+        rest.alpha = T(1);
+        rest.beta = T(0);
+        finish_scalar(c.data, c.row_stride, c, 0, 0, M, N, rest, true, true);  // reads each element before it writes it
+    }
+    return true;
+}
+#endif
+
 /// C = act(alpha·A·B + beta·C + bias) + residual (see gemm_epilogue). C must not overlap A, B or the
-/// residual. Runs on ctx's threads when large.
+/// residual. Runs on ctx's threads when large (with DL_USE_BLAS: on OpenBLAS's, see blas_gemm).
 template <class T>
 void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
           const gemm_epilogue<T>& ep, Context& ctx) {
@@ -424,6 +469,10 @@ void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matr
                                double(sizeof(T)) * double(M * K + K * N + M * N));
     if (M == 0 || N == 0) return;
     const std::int64_t work = M * N * std::max<std::int64_t>(K, 1);
+#ifdef DL_USE_BLAS
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+        if (blas_gemm(a, b, c, ep)) return;
+#endif
 #ifndef DL_NO_SIMD
     if constexpr (simd::has_batch<T>) {
         using S = gemm_shape<T>;
