@@ -89,6 +89,7 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
     dl::nn::adam<float> opt(dl::nn::parameters(model), {.lr = s.lr});
     dl::nn::cosine_lr schedule(opt, train_data.batches_per_epoch() * s.epochs, s.lr * 0.05);
     const std::filesystem::path out(s.out);
+    std::filesystem::create_directories(out);
     std::ofstream curves(out / "fashion_mnist_curves.csv");
     curves << "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds\n";
     dl::prof::series train_loss{"train loss", {}}, test_loss{"test loss", {}}, train_accuracy{"train accuracy", {}},
