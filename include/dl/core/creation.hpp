@@ -132,9 +132,10 @@ template <element T>
 [[nodiscard]] Tensor<T> uniform(const Shape& shape, double low = 0, double high = 1, Context& ctx = default_context()) {
     return detail::random_tensor<T>(shape, ctx, [=](std::uint64_t seed, std::uint64_t i) {
         const double u = low + (high - low) * detail::uniform_at(seed, i);
-        if constexpr (std::is_floating_point_v<T>) {
+        if constexpr (is_floating_element<T>) {
+            using std::nextafter;  // and dl's, for the 16-bit floats
             const T v = static_cast<T>(u);  // rounding to T may reach `high`
-            return v >= static_cast<T>(high) && high > low ? std::nextafter(static_cast<T>(high), static_cast<T>(low)) : v;
+            return v >= static_cast<T>(high) && high > low ? nextafter(static_cast<T>(high), static_cast<T>(low)) : v;
         } else {
             return static_cast<T>(std::floor(u));  // integers: each of [low, high) equally likely
         }

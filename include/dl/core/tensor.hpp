@@ -24,6 +24,7 @@
 
 #include "context.hpp"
 #include "dtype.hpp"
+#include "half.hpp"
 #include "error.hpp"
 #include "shape.hpp"
 #include "storage.hpp"
@@ -149,13 +150,13 @@ public:
     /// When an operand requires grad (and gradients are on), `t = expr` records the op and gives t new
     /// storage, so values saved for backward are never overwritten; otherwise it writes in place.
     template <class E>
-        requires(expression_node<E> || std::is_arithmetic_v<std::remove_cvref_t<E>>)
+        requires(expression_node<E> || std::is_arithmetic_v<std::remove_cvref_t<E>> || is_half_float<std::remove_cvref_t<E>>)
     Tensor& operator=(E&& e) & {
         autograd::assign_expression(*this, std::forward<E>(e), false);
         return *this;
     }
     template <class E>
-        requires(expression_node<E> || std::is_arithmetic_v<std::remove_cvref_t<E>>)
+        requires(expression_node<E> || std::is_arithmetic_v<std::remove_cvref_t<E>> || is_half_float<std::remove_cvref_t<E>>)
     Tensor& operator=(E&& e) && {
         autograd::assign_expression(*this, std::forward<E>(e), true);
         return *this;

@@ -45,9 +45,9 @@ struct leaf_eval {
     template <bool Unit>
     DL_INLINE simd::batch<compute> load(std::int64_t j) const noexcept {
         if constexpr (Unit)
-            return simd::load(row + j);
+            return simd::load_compute(row + j);
         else
-            return inner ? simd::load(row + j) : simd::batch<compute>(static_cast<compute>(row[0]));
+            return inner ? simd::load_compute(row + j) : simd::batch<compute>(static_cast<compute>(row[0]));
     }
     DL_INLINE simd::batch<compute> load_partial(std::int64_t j, std::int64_t n) const noexcept {
         alignas(64) compute buf[simd::width<compute>] = {};
@@ -134,7 +134,7 @@ template <class T>
 }
 template <class T>
 [[nodiscard]] scalar_eval<T> make_eval(const scalar_node<T>& s, const Shape&) {
-    return {static_cast<compute_t<T>>(s.value)};
+    return {s.value};
 }
 template <class Op, class... E>
 [[nodiscard]] auto make_eval(const fn_node<Op, E...>& n, const Shape& out) {
@@ -185,10 +185,10 @@ struct simd_lane<node_eval<Op, Operand, Evals...>> {
     static constexpr bool mask = Op::rule == ops::result_rule::boolean;
 };
 
-/// The evaluator can fill a tensor of T with SIMD stores.
+/// The evaluator can fill a tensor of T with SIMD stores (converting on store for the 16-bit floats).
 template <class Eval, class T>
-inline constexpr bool vectorizes_into = std::is_same_v<typename simd_lane<Eval>::type, T> &&
-                                        !simd_lane<Eval>::mask && std::is_same_v<compute_t<T>, T>;
+inline constexpr bool vectorizes_into = std::is_same_v<typename simd_lane<Eval>::type, compute_t<T>> &&
+                                        !simd_lane<Eval>::mask;
 
 // --- visiting the tensor operands of an expression ---
 

@@ -28,13 +28,16 @@ concept expression = expression_node<E> || is_tensor_v<E>;
 
 /// A plain number usable as an operand (bool excluded: `t + true` is more likely a bug than intent).
 template <class S>
-concept scalar = std::is_arithmetic_v<std::remove_cvref_t<S>> && !std::is_same_v<std::remove_cvref_t<S>, bool>;
+concept scalar = (std::is_arithmetic_v<std::remove_cvref_t<S>> && !std::is_same_v<std::remove_cvref_t<S>, bool>) ||
+                 is_half_float<std::remove_cvref_t<S>>;
 
-/// A constant, broadcast to any shape (rank 0).
+/// A constant, broadcast to any shape (rank 0). It takes part in type promotion as a T but keeps its
+/// value in T's compute type: `x * 0.1f` on a bfloat16 tensor multiplies by float 0.1, not by 0.1
+/// rounded to bfloat16.
 template <element T>
 struct scalar_node : detail::expression_tag {
     using value_type = T;
-    T value;
+    compute_t<T> value;
 };
 
 namespace detail {
@@ -122,7 +125,7 @@ template <class T, class S>
         // A float scalar does not widen a float tensor; an int tensor meets a float scalar as float.
         using V = std::conditional_t<is_floating_element<T> || std::is_integral_v<U>, T,
                                      std::conditional_t<std::is_same_v<U, double>, double, float>>;
-        return scalar_node<V>{{}, static_cast<V>(s)};
+        return scalar_node<V>{{}, static_cast<compute_t<V>>(s)};
     }
 }
 

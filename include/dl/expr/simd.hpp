@@ -13,9 +13,13 @@
 
 #ifndef DL_NO_SIMD
 #include <xsimd/xsimd.hpp>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #endif
 
 #include "../core/error.hpp"
+#include "../core/half.hpp"
 
 namespace dl::simd {
 
@@ -40,6 +44,120 @@ DL_INLINE batch<T> load(const T* p) noexcept {
 template <class T>
 DL_INLINE void store(T* p, const batch<T>& v) noexcept {
     v.store_unaligned(p);
+}
+
+// --- loads and stores that convert between an element type and its compute type ---
+// For the 16-bit floats, Native picks the instructions this target has (AVX-512 BF16's
+// vcvtneps2bf16, F16C's vcvtps2ph/vcvtph2ps, AVX-512/AVX2 integer rounding); !Native is the portable
+// path, the scalar conversions of core/half.hpp lane by lane. Both give the scalar conversion's bits
+// (tested for every float).
+
+template <class T, bool Native = true>
+DL_INLINE batch<compute_t<T>> load_compute(const T* p) noexcept {
+    using C = compute_t<T>;
+    if constexpr (std::is_same_v<T, C>) {
+        return load(p);
+    } else {
+        constexpr int W = batch<C>::size;
+        if constexpr (Native && std::is_same_v<T, bfloat16>) {
+#if defined(__AVX512F__)
+            if constexpr (W == 16)
+                return _mm512_castsi512_ps(
+                    _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+#endif
+#if defined(__AVX2__)
+            if constexpr (W == 8)
+                return _mm256_castsi256_ps(
+                    _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+#endif
+        }
+        if constexpr (Native && std::is_same_v<T, float16>) {
+#if defined(__AVX512F__)
+            if constexpr (W == 16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#endif
+#if defined(__F16C__)
+            if constexpr (W == 8) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#endif
+        }
+        alignas(64) C buf[W];
+        for (int k = 0; k < W; ++k) buf[k] = static_cast<C>(p[k]);
+        return batch<C>::load_aligned(buf);
+    }
+}
+
+namespace detail {
+#if defined(__AVX512F__)
+/// bfloat16 bits of 16 floats, rounded to nearest even in integer arithmetic (exact for subnormals).
+DL_INLINE __m256i bfloat16_bits_avx512(__m512 x) noexcept {
+    const __m512i u = _mm512_castps_si512(x), high = _mm512_srli_epi32(u, 16);
+    const __m512i bias = _mm512_add_epi32(_mm512_and_si512(high, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, high, _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
+#endif
+#if defined(__AVX2__)
+DL_INLINE __m128i bfloat16_bits_avx2(__m256 x) noexcept {
+    const __m256i u = _mm256_castps_si256(x), high = _mm256_srli_epi32(u, 16);
+    const __m256i bias = _mm256_add_epi32(_mm256_and_si256(high, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7fff));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+#endif
+}  // namespace detail
+
+template <class T, bool Native = true>
+DL_INLINE void store_compute(T* p, const batch<compute_t<T>>& v) noexcept {
+    using C = compute_t<T>;
+    if constexpr (std::is_same_v<T, C>) {
+        store(p, v);
+    } else {
+        constexpr int W = batch<C>::size;
+        if constexpr (Native && std::is_same_v<T, bfloat16>) {
+#if defined(__AVX512F__)
+            if constexpr (W == 16) {
+                auto* out = reinterpret_cast<__m256i*>(p);
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+                // vcvtneps2bf16 flushes subnormal inputs to zero; lanes of those take the integer path.
+                if (_mm512_fpclass_ps_mask(v, 0x20) == 0) {
+                    _mm256_storeu_si256(out, std::bit_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+                    return;
+                }
+#endif
+                _mm256_storeu_si256(out, detail::bfloat16_bits_avx512(v));
+                return;
+            }
+#endif
+#if defined(__AVX2__)
+            if constexpr (W == 8) {
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(p), detail::bfloat16_bits_avx2(v));
+                return;
+            }
+#endif
+        }
+        if constexpr (Native && std::is_same_v<T, float16>) {
+#if defined(__AVX512F__)
+            if constexpr (W == 16) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                                    _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                return;
+            }
+#endif
+#if defined(__F16C__)
+            if constexpr (W == 8) {
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                                 _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                return;
+            }
+#endif
+        }
+        alignas(64) C buf[W];
+        v.store_aligned(buf);
+        for (int k = 0; k < W; ++k) p[k] = static_cast<T>(buf[k]);
+    }
 }
 #else
 template <class T>

@@ -81,15 +81,16 @@ DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int
         for (; j < end; ++j) out[j * out_stride] = static_cast<T>(ev.get(j));
     } else {
 #ifndef DL_NO_SIMD
-        constexpr int W = simd::width<T>;
+        using C = compute_t<T>;
+        constexpr int W = simd::width<C>;
         constexpr bool unit = Kind != row_kernel::simd_mixed;
         auto partial = [&](std::int64_t n) {
-            alignas(64) T buf[W];
+            alignas(64) C buf[W];
             ev.load_partial(j, n).store_aligned(buf);
-            std::memcpy(out + j, buf, static_cast<std::size_t>(n) * sizeof(T));
+            for (std::int64_t k = 0; k < n; ++k) out[j + k] = static_cast<T>(buf[k]);
             j += n;
         };
-        for (; j + W <= end; j += W) simd::store(out + j, ev.template load<unit>(j));
+        for (; j + W <= end; j += W) simd::store_compute(out + j, ev.template load<unit>(j));
         if (j < end) partial(end - j);
 #endif
     }
