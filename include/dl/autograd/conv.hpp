@@ -350,10 +350,10 @@ template <class T, class Window>
     for_each_output(n * c, oh, ow, x.context(), [&](std::int64_t p, std::int64_t y, std::int64_t xx) {
         const auto [h0, h1, w0, w1, divisor] = window(y, xx);
         const T* plane = in.data() + p * h * w;
-        T total = 0;
+        compute_t<T> total = 0;  // float for 16-bit tensors: rounded once
         for (std::int64_t i = h0; i < h1; ++i)
-            for (std::int64_t j = w0; j < w1; ++j) total += plane[i * w + j];
-        out.data()[(p * oh + y) * ow + xx] = total / static_cast<T>(divisor);
+            for (std::int64_t j = w0; j < w1; ++j) total += static_cast<compute_t<T>>(plane[i * w + j]);
+        out.data()[(p * oh + y) * ow + xx] = static_cast<T>(total / static_cast<compute_t<T>>(divisor));
     });
     if (autograd::records(x))
         autograd::record(

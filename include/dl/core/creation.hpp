@@ -15,10 +15,12 @@ template <element T>
 [[nodiscard]] Tensor<T> empty(const Shape& shape, Context& ctx = default_context()) {
     return Tensor<T>(shape, ctx);
 }
+/// `value` rounded once to T (a 16-bit float takes the value as a double, as float takes one).
 template <element T>
-[[nodiscard]] Tensor<T> full(const Shape& shape, T value, Context& ctx = default_context()) {
+[[nodiscard]] Tensor<T> full(const Shape& shape, std::conditional_t<is_half_float<T>, double, T> value,
+                             Context& ctx = default_context()) {
     Tensor<T> t(shape, ctx);
-    std::fill_n(t.data(), t.numel(), value);
+    std::fill_n(t.data(), t.numel(), static_cast<T>(value));
     return t;
 }
 template <element T>

@@ -85,8 +85,8 @@ template <class T>
         const T* row = x.data() + i * C;
         const std::int64_t c = t.data()[i];
         if (c == o.ignore_index) {
-            lse.data()[i] = 0;
-            per_row.data()[i] = 0;
+            lse.data()[i] = T(0);
+            per_row.data()[i] = T(0);
             continue;
         }
         if (c < 0 || c >= C)
@@ -134,7 +134,7 @@ template <class T>
                     const std::int64_t c = tg.data()[i];
                     const double gi = static_cast<double>(g.rank() == 0 ? g.item() : g.data()[i]) * scale;
                     if (c == o.ignore_index) {
-                        for (std::int64_t j = 0; j < C; ++j) d[j] = 0;
+                        for (std::int64_t j = 0; j < C; ++j) d[j] = T(0);
                         continue;
                     }
                     const T* row = xs.data() + i * C;

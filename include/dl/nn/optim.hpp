@@ -19,22 +19,24 @@ namespace dl::nn {
 
 namespace detail {
 
-/// Runs update(V& p, V g, V& state...) over the elements of a contiguous parameter, its gradient and
+/// Runs update(V& p, V g, V& state...) over the elements of a contiguous parameter (or master copy),
+/// its gradient (of the parameter's element type, widened on load and multiplied by `grad_scale`) and
 /// its state tensors (same shape), on SIMD batches and then one scalar tail: ONE pass over memory.
-template <class T, class Update, class... State>
-    requires(std::is_same_v<State, Tensor<T>> && ...)
-void for_each_element(Tensor<T>& p, const Tensor<T>& g, Update update, State&... state) {
+template <class C, class G, class Update, class... State>
+    requires(std::is_same_v<State, Tensor<C>> && ...)
+void for_each_element(Tensor<C>& p, const Tensor<G>& g, C grad_scale, Update update, State&... state) {
     const std::int64_t n = p.numel();
-    T* pd = p.data();
-    const T* gd = g.data();
+    C* pd = p.data();
+    const G* gd = g.data();
     std::int64_t i = 0;
 #ifndef DL_NO_SIMD
-    if constexpr (simd::has_batch<T>) {
-        constexpr int W = simd::width<T>;
+    if constexpr (simd::has_batch<C>) {
+        constexpr int W = simd::width<C>;
+        const simd::batch<C> scale(grad_scale);
         for (; i + W <= n; i += W) {
             auto pv = simd::load(pd + i);
             [&](auto... sv) {
-                update(pv, simd::load(gd + i), sv...);
+                update(pv, simd::load_compute(gd + i) * scale, sv...);
                 (simd::store(state.data() + i, sv), ...);
             }(simd::load(state.data() + i)...);
             simd::store(pd + i, pv);
@@ -42,9 +44,9 @@ void for_each_element(Tensor<T>& p, const Tensor<T>& g, Update update, State&...
     }
 #endif
     for (; i < n; ++i) {
-        T pv = pd[i];
+        C pv = pd[i];
         [&](auto... sv) {
-            update(pv, gd[i], sv...);
+            update(pv, static_cast<C>(gd[i]) * grad_scale, sv...);
             ((state.data()[i] = sv), ...);
         }(state.data()[i]...);
         pd[i] = pv;
@@ -60,11 +62,12 @@ void check_parameters(const std::vector<Tensor<T>>& params, std::string_view nam
     }
 }
 
+/// Zero state tensors in the parameters' compute type (float for 16-bit parameters).
 template <class T>
-[[nodiscard]] std::vector<Tensor<T>> zeros_like_all(const std::vector<Tensor<T>>& params) {
-    std::vector<Tensor<T>> out;
+[[nodiscard]] std::vector<Tensor<compute_t<T>>> zeros_like_all(const std::vector<Tensor<T>>& params) {
+    std::vector<Tensor<compute_t<T>>> out;
     out.reserve(params.size());
-    for (const auto& p : params) out.push_back(zeros<T>(p.shape(), p.context()));
+    for (const auto& p : params) out.push_back(zeros<compute_t<T>>(p.shape(), p.context()));
     return out;
 }
 
@@ -95,9 +98,15 @@ namespace detail {
 
 /// What every optimizer shares: the parameter handles, the options (with lr), the step count and
 /// the loop over parameters that have a gradient.
+///
+/// Mixed precision: for 16-bit parameters (bfloat16, float16) the optimizer keeps a float master copy of
+/// each; updates and state are float, and each step ends by rounding the masters into the parameters.
+/// Small updates then accumulate in the master instead of vanishing below the 16-bit ulp.
 template <class T, class Options>
 class optimizer {
 public:
+    using compute_type = compute_t<T>;
+
     void zero_grad() { nn::zero_grad(params_); }
     void set_lr(double lr) noexcept { options_.lr = lr; }
     [[nodiscard]] double lr() const noexcept { return options_.lr; }
@@ -106,33 +115,56 @@ public:
     /// For checkpoints: restores the step count (bias corrections and schedules depend on it).
     void set_steps(std::int64_t steps) noexcept { steps_ = steps; }
     [[nodiscard]] const std::vector<Tensor<T>>& params() const noexcept { return params_; }
+    /// The float master copies of 16-bit parameters (empty for float and double parameters).
+    [[nodiscard]] const std::vector<Tensor<compute_type>>& master_params() const noexcept { return masters_; }
+    /// Every gradient is multiplied by this as it is read (a loss_scaler's 1/scale); 1 by default.
+    void set_grad_scale(double scale) noexcept { grad_scale_ = scale; }
 
 protected:
     optimizer(std::vector<Tensor<T>> params, const Options& options, std::string_view name)
         : params_(std::move(params)), options_(options) {
         check_parameters(params_, name);
         if (!(options.lr >= 0)) dl::detail::fail("dl::nn::", name, ": lr must be >= 0, got ", options.lr);
+        if constexpr (is_half_float<T>)
+            for (const auto& p : params_) masters_.push_back(cast<compute_type>(p.detach()));
     }
-    /// Counts a step and calls f(parameter, gradient, index) for each parameter that has a gradient,
-    /// with denormals flushed to zero.
+    /// Counts a step and calls f(parameter or its master copy, gradient, index) for each parameter that
+    /// has a gradient, with denormals flushed to zero; 16-bit parameters then take their master's value.
     template <class F>
     void for_each_parameter(F&& f) {
         const dl::flush_denormals mode(params_.empty() || params_[0].context().flushes_denormals());
         const prof::op_scope scope(params_.empty() ? default_context() : params_[0].context(), "optimizer_step");
         ++steps_;
-        for (std::size_t i = 0; i < params_.size(); ++i)
-            if (Tensor<T> g = params_[i].grad(); g.defined()) f(params_[i], g, i);
+        for (std::size_t i = 0; i < params_.size(); ++i) {
+            Tensor<T> g = params_[i].grad();
+            if (!g.defined()) continue;
+            if constexpr (is_half_float<T>) {
+                f(masters_[i], g, i);
+                Tensor<T> data = params_[i].detach();  // same storage, not recorded
+                assign(data, masters_[i]);
+            } else {
+                f(params_[i], g, i);
+            }
+        }
     }
+    [[nodiscard]] compute_type grad_scale() const noexcept { return static_cast<compute_type>(grad_scale_); }
 
     /// Calls f("<name>.<index>", tensor) for each tensor of one state list (for checkpoints).
-    template <class F>
-    static void visit_state(F& f, std::string_view name, std::vector<Tensor<T>>& state) {
+    template <class F, class S>
+    static void visit_state(F& f, std::string_view name, std::vector<Tensor<S>>& state) {
         for (std::size_t i = 0; i < state.size(); ++i) f(std::string(name) + "." + std::to_string(i), state[i]);
+    }
+    /// The master copies, for checkpoints (none for float parameters).
+    template <class F>
+    void visit_masters(F& f) {
+        visit_state(f, "master", masters_);
     }
 
     std::vector<Tensor<T>> params_;
+    std::vector<Tensor<compute_type>> masters_;
     Options options_;
     std::int64_t steps_ = 0;
+    double grad_scale_ = 1;
 };
 
 }  // namespace detail
@@ -146,19 +178,21 @@ struct sgd_options {
 template <class T = float>
 class sgd : public detail::optimizer<T, sgd_options> {
 public:
+    using C = compute_t<T>;  ///< state and update arithmetic (float for 16-bit parameters)
+
     sgd(std::vector<Tensor<T>> params, sgd_options o) : detail::optimizer<T, sgd_options>(std::move(params), o, "sgd") {
         if (o.momentum != 0) velocity_ = detail::zeros_like_all(this->params_);
     }
     void step() {
         const sgd_options& o = this->options_;
-        const T lr = T(o.lr), wd = T(o.weight_decay), mu = T(o.momentum), damp = T(1 - o.dampening);
+        const C lr = C(o.lr), wd = C(o.weight_decay), mu = C(o.momentum), damp = C(1 - o.dampening);
         const bool first = this->steps_ == 0, nesterov = o.nesterov;
-        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
+        this->for_each_parameter([&](Tensor<C>& param, const Tensor<T>& g, std::size_t i) {
             if (velocity_.empty()) {
-                detail::for_each_element(param, g, [&]<class V>(V& p, V d) { p = p - V(lr) * (d + V(wd) * p); });
+                detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& p, V d) { p = p - V(lr) * (d + V(wd) * p); });
                 return;
             }
-            detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& b) {
+            detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& p, V d, V& b) {
                 d = d + V(wd) * p;
                 b = first ? d : V(mu) * b + V(damp) * d;
                 d = nesterov ? d + V(mu) * b : b;
@@ -170,11 +204,12 @@ public:
     /// Calls f(name, tensor) for each state tensor (for checkpoints).
     template <class F>
     void for_each_state(F&& f) {
+        this->visit_masters(f);
         this->visit_state(f, "momentum", velocity_);
     }
 
 private:
-    std::vector<Tensor<T>> velocity_;
+    std::vector<Tensor<C>> velocity_;
 };
 
 struct adam_options {
@@ -186,6 +221,8 @@ struct adam_options {
 template <class T = float>
 class adam : public detail::optimizer<T, adam_options> {
 public:
+    using C = compute_t<T>;  ///< state and update arithmetic (float for 16-bit parameters)
+
     adam(std::vector<Tensor<T>> params, adam_options o = {})
         : detail::optimizer<T, adam_options>(std::move(params), o, "adam"),
           m_(detail::zeros_like_all(this->params_)),
@@ -194,18 +231,18 @@ public:
         const adam_options& o = this->options_;
         const double t = static_cast<double>(this->steps_ + 1);
         const double c1 = 1 - std::pow(o.beta1, t), c2 = 1 - std::pow(o.beta2, t);
-        const T b1 = T(o.beta1), b2 = T(o.beta2), eps = T(o.eps);
-        const T step_size = T(o.lr / c1), inv_sqrt_c2 = T(1 / std::sqrt(c2));
-        const T wd = T(o.weight_decay), decay = T(1 - o.lr * o.weight_decay);
+        const C b1 = C(o.beta1), b2 = C(o.beta2), eps = C(o.eps);
+        const C step_size = C(o.lr / c1), inv_sqrt_c2 = C(1 / std::sqrt(c2));
+        const C wd = C(o.weight_decay), decay = C(1 - o.lr * o.weight_decay);
         const bool decoupled = o.decoupled_weight_decay;
-        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
-            detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& m, V& v) {
+        this->for_each_parameter([&](Tensor<C>& param, const Tensor<T>& g, std::size_t i) {
+            detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& p, V d, V& m, V& v) {
                 if (decoupled)
                     p = p * V(decay);
                 else
                     d = d + V(wd) * p;
-                m = V(b1) * m + V(T(1) - b1) * d;
-                v = V(b2) * v + V(T(1) - b2) * d * d;
+                m = V(b1) * m + V(C(1) - b1) * d;
+                v = V(b2) * v + V(C(1) - b2) * d * d;
                 p = p - V(step_size) * m / (math::sqrt(v) * V(inv_sqrt_c2) + V(eps));
             }, m_[i], v_[i]);
         });
@@ -214,12 +251,13 @@ public:
     /// Calls f(name, tensor) for each state tensor (for checkpoints).
     template <class F>
     void for_each_state(F&& f) {
+        this->visit_masters(f);
         this->visit_state(f, "m", m_);
         this->visit_state(f, "v", v_);
     }
 
 private:
-    std::vector<Tensor<T>> m_, v_;
+    std::vector<Tensor<C>> m_, v_;
 };
 
 struct adagrad_options {
@@ -230,16 +268,18 @@ struct adagrad_options {
 template <class T = float>
 class adagrad : public detail::optimizer<T, adagrad_options> {
 public:
+    using C = compute_t<T>;  ///< state and update arithmetic (float for 16-bit parameters)
+
     adagrad(std::vector<Tensor<T>> params, adagrad_options o = {})
         : detail::optimizer<T, adagrad_options>(std::move(params), o, "adagrad") {
         for (const auto& p : this->params_)
-            sum_.push_back(full<T>(p.shape(), T(o.initial_accumulator_value), p.context()));
+            sum_.push_back(full<C>(p.shape(), C(o.initial_accumulator_value), p.context()));
     }
     void step() {
         const adagrad_options& o = this->options_;
-        const T lr = T(o.lr / (1 + static_cast<double>(this->steps_) * o.lr_decay)), wd = T(o.weight_decay), eps = T(o.eps);
-        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
-            detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& s) {
+        const C lr = C(o.lr / (1 + static_cast<double>(this->steps_) * o.lr_decay)), wd = C(o.weight_decay), eps = C(o.eps);
+        this->for_each_parameter([&](Tensor<C>& param, const Tensor<T>& g, std::size_t i) {
+            detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& p, V d, V& s) {
                 d = d + V(wd) * p;
                 s = s + d * d;
                 p = p - V(lr) * d / (math::sqrt(s) + V(eps));
@@ -250,11 +290,12 @@ public:
     /// Calls f(name, tensor) for each state tensor (for checkpoints).
     template <class F>
     void for_each_state(F&& f) {
+        this->visit_masters(f);
         this->visit_state(f, "sum", sum_);
     }
 
 private:
-    std::vector<Tensor<T>> sum_;
+    std::vector<Tensor<C>> sum_;
 };
 
 struct rmsprop_options {
@@ -267,19 +308,21 @@ struct rmsprop_options {
 template <class T = float>
 class rmsprop : public detail::optimizer<T, rmsprop_options> {
 public:
+    using C = compute_t<T>;  ///< state and update arithmetic (float for 16-bit parameters)
+
     rmsprop(std::vector<Tensor<T>> params, rmsprop_options o = {})
         : detail::optimizer<T, rmsprop_options>(std::move(params), o, "rmsprop"),
           square_avg_(detail::zeros_like_all(this->params_)),
-          grad_avg_(o.centered ? detail::zeros_like_all(this->params_) : std::vector<Tensor<T>>{}),
-          buffer_(o.momentum != 0 ? detail::zeros_like_all(this->params_) : std::vector<Tensor<T>>{}) {}
+          grad_avg_(o.centered ? detail::zeros_like_all(this->params_) : std::vector<Tensor<C>>{}),
+          buffer_(o.momentum != 0 ? detail::zeros_like_all(this->params_) : std::vector<Tensor<C>>{}) {}
     void step() {
         const rmsprop_options& o = this->options_;
-        const T lr = T(o.lr), a = T(o.alpha), eps = T(o.eps), wd = T(o.weight_decay), mu = T(o.momentum);
-        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
+        const C lr = C(o.lr), a = C(o.alpha), eps = C(o.eps), wd = C(o.weight_decay), mu = C(o.momentum);
+        this->for_each_parameter([&](Tensor<C>& param, const Tensor<T>& g, std::size_t i) {
             // One loop per combination, each touching only the state it needs.
             auto average = [&]<class V>(V& p, V& d, V& sq) {
                 d = d + V(wd) * p;
-                sq = V(a) * sq + V(T(1) - a) * d * d;
+                sq = V(a) * sq + V(C(1) - a) * d * d;
             };
             auto apply = [&]<class V>(V& p, V d, V denominator, V* b) {
                 if (b) {
@@ -290,24 +333,24 @@ public:
                 }
             };
             if (o.centered && o.momentum != 0)
-                detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& sq, V& ga, V& b) {
+                detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& p, V d, V& sq, V& ga, V& b) {
                     average(p, d, sq);
-                    ga = V(a) * ga + V(T(1) - a) * d;
+                    ga = V(a) * ga + V(C(1) - a) * d;
                     apply(p, d, math::sqrt(sq - ga * ga) + V(eps), &b);
                 }, square_avg_[i], grad_avg_[i], buffer_[i]);
             else if (o.centered)
-                detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& sq, V& ga) {
+                detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& p, V d, V& sq, V& ga) {
                     average(p, d, sq);
-                    ga = V(a) * ga + V(T(1) - a) * d;
+                    ga = V(a) * ga + V(C(1) - a) * d;
                     apply(p, d, math::sqrt(sq - ga * ga) + V(eps), static_cast<V*>(nullptr));
                 }, square_avg_[i], grad_avg_[i]);
             else if (o.momentum != 0)
-                detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& sq, V& b) {
+                detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& p, V d, V& sq, V& b) {
                     average(p, d, sq);
                     apply(p, d, math::sqrt(sq) + V(eps), &b);
                 }, square_avg_[i], buffer_[i]);
             else
-                detail::for_each_element(param, g, [&]<class V>(V& p, V d, V& sq) {
+                detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& p, V d, V& sq) {
                     average(p, d, sq);
                     apply(p, d, math::sqrt(sq) + V(eps), static_cast<V*>(nullptr));
                 }, square_avg_[i]);
@@ -317,13 +360,14 @@ public:
     /// Calls f(name, tensor) for each state tensor (for checkpoints).
     template <class F>
     void for_each_state(F&& f) {
+        this->visit_masters(f);
         this->visit_state(f, "square_avg", square_avg_);
         this->visit_state(f, "grad_avg", grad_avg_);
         this->visit_state(f, "momentum", buffer_);
     }
 
 private:
-    std::vector<Tensor<T>> square_avg_, grad_avg_, buffer_;
+    std::vector<Tensor<C>> square_avg_, grad_avg_, buffer_;
 };
 
 struct ftrl_options {
@@ -336,6 +380,8 @@ struct ftrl_options {
 template <class T = float>
 class ftrl : public detail::optimizer<T, ftrl_options> {
 public:
+    using C = compute_t<T>;  ///< state and update arithmetic (float for 16-bit parameters)
+
     ftrl(std::vector<Tensor<T>> params, ftrl_options o = {})
         : detail::optimizer<T, ftrl_options>(std::move(params), o, "ftrl"),
           z_(detail::zeros_like_all(this->params_)),
@@ -345,14 +391,14 @@ public:
     }
     void step() {
         const ftrl_options& o = this->options_;
-        const T inv_lr = T(1 / o.lr), beta = T(o.beta), l1 = T(o.l1), l2 = T(o.l2);
-        this->for_each_parameter([&](Tensor<T>& param, const Tensor<T>& g, std::size_t i) {
-            detail::for_each_element(param, g, [&]<class V>(V& w, V d, V& z, V& n) {
+        const C inv_lr = C(1 / o.lr), beta = C(o.beta), l1 = C(o.l1), l2 = C(o.l2);
+        this->for_each_parameter([&](Tensor<C>& param, const Tensor<T>& g, std::size_t i) {
+            detail::for_each_element(param, g, this->grad_scale(), [&]<class V>(V& w, V d, V& z, V& n) {
                 const V grown = n + d * d, root = math::sqrt(grown);
                 z = z + d - (root - math::sqrt(n)) * V(inv_lr) * w;
                 n = grown;
                 const V shrunk = z - simd::copysign(V(l1), z);
-                w = simd::select(simd::abs(z) <= V(l1), V(T(0)), -shrunk / ((V(beta) + root) * V(inv_lr) + V(l2)));
+                w = simd::select(simd::abs(z) <= V(l1), V(C(0)), -shrunk / ((V(beta) + root) * V(inv_lr) + V(l2)));
             }, z_[i], n_[i]);
         });
     }
@@ -360,12 +406,13 @@ public:
     /// Calls f(name, tensor) for each state tensor (for checkpoints).
     template <class F>
     void for_each_state(F&& f) {
+        this->visit_masters(f);
         this->visit_state(f, "z", z_);
         this->visit_state(f, "n", n_);
     }
 
 private:
-    std::vector<Tensor<T>> z_, n_;
+    std::vector<Tensor<C>> z_, n_;
 };
 
 // --- learning-rate schedules: each sets the optimizer's lr from the step count on step() ---

@@ -25,8 +25,10 @@
 
 #include "../../core/tensor.hpp"
 #include "../../expr/functors.hpp"
+#include "../../expr/operators.hpp"
 #include "../../expr/simd.hpp"
 #include "../../prof/profiler.hpp"
+#include "elementwise.hpp"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -456,6 +458,44 @@ bool blas_gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const
 }
 #endif
 
+template <class T>
+void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+          const gemm_epilogue<T>& ep, Context& ctx);
+
+/// 16-bit floats: the float kernel on widened copies of the operands, accumulating in float, C rounded
+/// once on the way back. Correct, and fast where the product outweighs the copies (O(MK + KN + MN)
+/// conversions for 2MNK flops); a kernel on packed 16-bit panels (AVX-512 BF16's vdpbf16ps) belongs to
+/// the GEMM issue and is not written yet.
+template <class T>
+void gemm_widened(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                  const gemm_epilogue<T>& ep, Context& ctx) {
+    auto view = [&](const auto& m) {
+        using E = std::remove_const_t<std::remove_pointer_t<decltype(m.data)>>;
+        return Tensor<E>::borrow(const_cast<E*>(m.data), {m.rows, m.cols}, {m.row_stride, m.col_stride}, ctx);
+    };
+    auto as_ref = [](const Tensor<float>& t) { return matrix_ref<const float>{t.data(), t.shape()[0], t.shape()[1], t.shape()[1], 1}; };
+    const Tensor<float> wa = cast<float>(view(a)), wb = cast<float>(view(b));
+    Tensor<float> wc = ep.beta != T(0) ? Tensor<float>(cast<float>(view(c))) : Tensor<float>({c.rows, c.cols}, ctx);
+    Tensor<float> bias, residual;
+    gemm_epilogue<float> wide{.alpha = float(ep.alpha), .beta = float(ep.beta), .bias_per_row = ep.bias_per_row, .act = ep.act};
+    if (ep.bias) {
+        const std::int64_t n = ep.bias_per_row ? c.rows : c.cols;
+        bias = cast<float>(Tensor<T>::borrow(const_cast<T*>(ep.bias), {n}, {1}, ctx));
+        wide.bias = bias.data();
+    }
+    if (ep.residual.data) {
+        residual = cast<float>(view(ep.residual));
+        wide.residual = as_ref(residual);
+    }
+    gemm(as_ref(wa), as_ref(wb), matrix_ref<float>{wc.data(), c.rows, c.cols, c.cols, 1}, wide, ctx);
+    Tensor<T> out = view(c);
+    assign(out, wc);
+}
+
+template <class T>
+void gemm_checked(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                  const gemm_epilogue<T>& ep, Context& ctx);
+
 /// C = act(alpha·A·B + beta·C + bias) + residual (see gemm_epilogue). C must not overlap A, B or the
 /// residual. Runs on ctx's threads when large (with DL_USE_BLAS: on OpenBLAS's, see blas_gemm).
 template <class T>
@@ -465,6 +505,18 @@ void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matr
     if (a.rows != M || b.rows != K || b.cols != N || (ep.residual.data && (ep.residual.rows != M || ep.residual.cols != N)))
         fail("dl::gemm: shapes [", a.rows, ", ", a.cols, "]·[", b.rows, ", ", b.cols, "] into [", M, ", ", N, "]",
              ep.residual.data ? " with a residual" : "", " do not match");
+    if constexpr (is_half_float<T>) {
+        if (M > 0 && N > 0) gemm_widened(a, b, c, ep, ctx);
+    } else {
+        gemm_checked(a, b, c, ep, ctx);
+    }
+}
+
+/// gemm() after its shape checks, for float, double and the other non-16-bit types.
+template <class T>
+void gemm_checked(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                  const gemm_epilogue<T>& ep, Context& ctx) {
+    const std::int64_t M = c.rows, N = c.cols, K = a.cols;
     const prof::op_scope scope(ctx, "matmul", 2.0 * double(M) * double(N) * double(K),
                                double(sizeof(T)) * double(M * K + K * N + M * N));
     if (M == 0 || N == 0) return;
