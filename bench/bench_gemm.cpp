@@ -1,5 +1,5 @@
 // Matrix multiply and convolution: dl's own GEMM against OpenBLAS and Eigen on the same square
-// shapes, the fused Linear epilogue against the unfused ops, and the Fashion-MNIST CNN's convolutions
+// shapes (and its bf16 and int8 products), the fused Linear epilogue against the unfused ops, and the Fashion-MNIST CNN's convolutions
 // against libtorch. Every GEMM reports `gflops` (2·N³ / time).
 //
 // Registration order matters: dl's benchmarks run first and OpenBLAS's last, because OpenBLAS's
@@ -50,6 +50,19 @@ void igemm(benchmark::State& state) {
     std::vector<std::int32_t> c(std::size_t(n * n));
     for (auto _ : state) {
         dl::detail::gemm_u8s8({a.data(), n, n, n, 1}, {b.data(), n, n, n, 1}, {c.data(), n, n, n, 1}, false, ctx);
+        benchmark::DoNotOptimize(c.data());
+    }
+    set_gflops(state, 2.0 * double(n) * double(n) * double(n));
+}
+
+// bf16 A and B, float C (gemm_half.hpp: vdpbf16ps where the target has AVX-512 BF16).
+void bgemm(benchmark::State& state) {
+    const std::int64_t n = state.range(0);
+    dl::Context ctx({.seed = 1, .threads = int(state.range(1))});
+    const auto a = dl::normal<dl::bfloat16>({n, n}, 0, 1, ctx), b = dl::normal<dl::bfloat16>({n, n}, 0, 1, ctx);
+    dl::Tensor<float> c({n, n}, ctx);
+    for (auto _ : state) {
+        dl::detail::gemm_bf16(dl::detail::as_matrix(a), dl::detail::as_matrix(b), dl::detail::as_mutable_matrix(c), false, ctx);
         benchmark::DoNotOptimize(c.data());
     }
     set_gflops(state, 2.0 * double(n) * double(n) * double(n));
@@ -189,6 +202,7 @@ std::string conv_name(const char* op, const conv_shape& s) {
 
 int main(int argc, char** argv) {
     register_square("sgemm", sgemm, {1, 2});
+    register_square("bgemm", bgemm, {1, 2});
     register_square("igemm", igemm, {1, 2});
     benchmark::RegisterBenchmark("linear_bias_relu/32/784/256", linear_bias_relu, true)->UseRealTime();
     benchmark::RegisterBenchmark("linear_bias_relu_unfused/32/784/256", linear_bias_relu, false)->UseRealTime();

@@ -1,6 +1,9 @@
 // Trains a small CNN (or an MLP) on the 60,000 Fashion-MNIST training images and evaluates it on the
 // 10,000 test images. Run: scripts/run-example fashion_mnist [--model cnn|mlp] [--epochs N]
-// [--threads N] [--batch N] [--lr X] [--channels C1,C2] [--data DIR] [--out DIR]
+// [--threads N] [--batch N] [--lr X] [--channels C1,C2] [--dtype float|bf16] [--data DIR] [--out DIR]
+//
+// --dtype bf16 trains in mixed precision: bfloat16 weights, activations and gradients, with float
+// master weights and Adam state in the optimizer.
 //
 // Training runs through dl::nn::fit (examples/mlp writes the loop by hand). It writes to --out
 // (default: the working directory) the checkpoint (fashion_mnist.safetensors, model and
@@ -29,6 +32,7 @@ struct settings {
     std::int64_t channels1 = 16, channels2 = 32;  ///< of the two convolutions
     std::int64_t batch = 64;
     double lr = 2e-3;
+    std::string dtype = "float";
 };
 
 settings parse(int argc, char** argv) {
@@ -53,40 +57,42 @@ settings parse(int argc, char** argv) {
             s.channels1 = std::stoll(v.substr(0, comma));
             s.channels2 = std::stoll(v.substr(comma + 1));
         }
-        else if (flag == "--dtype") {
-            if (value() != "float") throw std::runtime_error("--dtype: only float is available yet");
-        } else {
+        else if (flag == "--dtype") s.dtype = value();
+        else {
             throw std::runtime_error("unknown flag " + std::string(flag) +
-                                     " (flags: --model cnn|mlp, --epochs, --threads, --batch, --lr, --channels C1,C2, --data, --out)");
+                                     " (flags: --model cnn|mlp, --epochs, --threads, --batch, --lr, --channels C1,C2, "
+                                     "--dtype float|bf16, --data, --out)");
         }
     }
     if (s.model != "cnn" && s.model != "mlp") throw std::runtime_error("--model must be cnn or mlp");
+    if (s.dtype != "float" && s.dtype != "bf16") throw std::runtime_error("--dtype must be float or bf16");
     return s;
 }
 
-/// uint8 images [B, 28, 28] -> float [B, 1, 28, 28] normalised with the training set's mean and
-/// standard deviation; labels to int64.
-struct to_float {
-    dl::data::batch<float, std::int64_t> operator()(dl::data::batch<std::uint8_t, std::uint8_t> b) const {
+/// uint8 images [B, 28, 28] -> T [B, 1, 28, 28] normalised with the training set's mean and standard
+/// deviation (computed in float, rounded once to T); labels to int64.
+template <class T>
+struct to_tensors {
+    dl::data::batch<T, std::int64_t> operator()(dl::data::batch<std::uint8_t, std::uint8_t> b) const {
         const std::int64_t n = b.inputs.shape()[0];
-        Tensor<float> x = (dl::cast<float>(b.inputs) * (1.0f / 255.0f) - 0.2860f) * (1.0f / 0.3530f);
+        Tensor<T> x = (dl::cast<float>(b.inputs) * (1.0f / 255.0f) - 0.2860f) * (1.0f / 0.3530f);
         Tensor<std::int64_t> y = dl::cast<std::int64_t>(b.targets);
         return {x.reshape({n, 1, 28, 28}), y, b.index, b.seed};
     }
 };
 
-template <class Model>
+template <class T, class Model>
 int train(Model& model, const settings& s, dl::Context& ctx) {
-    using loader_t = dl::data::data_loader<std::uint8_t, std::uint8_t, to_float>;
+    using loader_t = dl::data::data_loader<std::uint8_t, std::uint8_t, to_tensors<T>>;
     auto train_split = dl::data::load_fashion_mnist(true, s.data, ctx);
     auto test_split = dl::data::load_fashion_mnist(false, s.data, ctx);
     loader_t train_data({train_split.images, train_split.labels}, {.batch_size = s.batch, .shuffle = true}, ctx);
     loader_t test_data({test_split.images, test_split.labels}, {.batch_size = 500, .shuffle = false}, ctx);
     std::cout << "Fashion-MNIST: " << train_data.size() << " training and " << test_data.size() << " test images; "
-              << s.model << " with " << dl::nn::parameter_count(model) << " parameters, " << s.threads
-              << " threads\n";
+              << s.model << " with " << dl::nn::parameter_count(model) << " parameters (" << s.dtype << "), "
+              << s.threads << " threads\n";
 
-    dl::nn::adam<float> opt(dl::nn::parameters(model), {.lr = s.lr});
+    dl::nn::adam<T> opt(dl::nn::parameters<T>(model), {.lr = s.lr});
     dl::nn::cosine_lr schedule(opt, train_data.batches_per_epoch() * s.epochs, s.lr * 0.05);
     const std::filesystem::path out(s.out);
     std::filesystem::create_directories(out);
@@ -97,7 +103,7 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
 
     dl::prof::profiler profiler;
     const auto result = dl::nn::fit(
-        model, opt, [](const Tensor<float>& scores, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(scores, y); },
+        model, opt, [](const Tensor<T>& scores, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(scores, y); },
         train_data, &test_data,
         {.epochs = s.epochs,
          .after_step =
@@ -129,25 +135,30 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
     return 0;
 }
 
+template <class T>
+int run(const settings& s, dl::Context& ctx) {
+    if (s.model == "mlp") {
+        dl::nn::sequential model{dl::nn::flatten{}, dl::nn::linear<T>(784, 256, true, ctx), dl::nn::relu{},
+                                 dl::nn::linear<T>(256, 128, true, ctx), dl::nn::relu{},
+                                 dl::nn::linear<T>(128, 10, true, ctx)};
+        return train<T>(model, s, ctx);
+    }
+    const std::int64_t c1 = s.channels1, c2 = s.channels2;
+    dl::nn::sequential model{dl::nn::conv2d<T>(1, c1, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
+                             dl::nn::max_pool2d({.kernel = 2}),
+                             dl::nn::conv2d<T>(c1, c2, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
+                             dl::nn::max_pool2d({.kernel = 2}), dl::nn::flatten{},
+                             dl::nn::linear<T>(c2 * 7 * 7, 128, true, ctx), dl::nn::relu{},
+                             dl::nn::linear<T>(128, 10, true, ctx)};
+    return train<T>(model, s, ctx);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
     const settings s = parse(argc, argv);
     dl::Context ctx({.seed = 1, .threads = s.threads});
-    if (s.model == "mlp") {
-        dl::nn::sequential model{dl::nn::flatten{}, dl::nn::linear<float>(784, 256, true, ctx), dl::nn::relu{},
-                                 dl::nn::linear<float>(256, 128, true, ctx), dl::nn::relu{},
-                                 dl::nn::linear<float>(128, 10, true, ctx)};
-        return train(model, s, ctx);
-    }
-    const std::int64_t c1 = s.channels1, c2 = s.channels2;
-    dl::nn::sequential model{dl::nn::conv2d<float>(1, c1, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
-                             dl::nn::max_pool2d({.kernel = 2}),
-                             dl::nn::conv2d<float>(c1, c2, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
-                             dl::nn::max_pool2d({.kernel = 2}), dl::nn::flatten{},
-                             dl::nn::linear<float>(c2 * 7 * 7, 128, true, ctx), dl::nn::relu{},
-                             dl::nn::linear<float>(128, 10, true, ctx)};
-    return train(model, s, ctx);
+    return s.dtype == "bf16" ? run<dl::bfloat16>(s, ctx) : run<float>(s, ctx);
 } catch (const std::exception& e) {
     std::cerr << "fashion_mnist: " << e.what() << '\n';
     return 1;

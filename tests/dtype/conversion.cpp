@@ -3,7 +3,8 @@
 // round the significand to the target's precision with integer arithmetic (to nearest, ties to even),
 // encode. It shares no code or trick with core/half.hpp. Each path this machine can run is checked: the
 // scalar constructors, the SIMD store/load of the expression loops (native instructions), the portable
-// SIMD path, and whole tensors through assign.
+// SIMD path, the 8-lane AVX2/F16C narrowing an AVX-512 build would otherwise skip, and whole tensors
+// through assign.
 #include "support.hpp"
 
 #include <atomic>
@@ -97,6 +98,7 @@ void check_all_narrowing() {
         std::vector<float> in = std::vector<float>(block);
         std::vector<std::uint16_t> expected = std::vector<std::uint16_t>(block), scalar = expected;
         std::vector<H> native = std::vector<H>(block), portable = native;
+        std::vector<std::uint16_t> narrow = std::vector<std::uint16_t>(block);  // 8-lane path, or a copy of native
     };
     const auto wrong = over_all_floats([&, b = buffers{}](std::uint32_t first, std::uint32_t count) mutable {
         // One simple loop per path, so that the compiler vectorises what it can.
@@ -108,16 +110,31 @@ void check_all_narrowing() {
             dl::simd::store_compute<H, true>(b.native.data() + i, dl::simd::load(b.in.data() + i));
             dl::simd::store_compute<H, false>(b.portable.data() + i, dl::simd::load(b.in.data() + i));
         }
+        // The 8-lane (AVX2 / F16C) path, which AVX-512 targets otherwise never take.
+        for (std::uint32_t i = 0; i < count; ++i) b.narrow[i] = b.native[i].bits();
+#if defined(__AVX2__)
+        for (std::uint32_t i = 0; i < count; i += 8) {
+            auto* out = reinterpret_cast<__m128i*>(b.narrow.data() + i);
+            const __m256 x = _mm256_loadu_ps(b.in.data() + i);
+            if constexpr (std::is_same_v<H, dl::bfloat16>)
+                _mm_storeu_si128(out, dl::simd::detail::bfloat16_bits_avx2(x));
+#if defined(__F16C__)
+            else
+                _mm_storeu_si128(out, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+        }
+#endif
         std::uint64_t bad = 0;
         for (std::uint32_t i = 0; i < count; ++i)
             bad += (b.scalar[i] != b.expected[i]) | (b.native[i].bits() != b.expected[i]) |
-                   (b.portable[i].bits() != b.expected[i]);
+                   (b.portable[i].bits() != b.expected[i]) | (b.narrow[i] != b.expected[i]);
         for (std::uint32_t i = 0; bad && i < count; ++i)
             if ((b.scalar[i] != b.expected[i] || b.native[i].bits() != b.expected[i] ||
-                 b.portable[i].bits() != b.expected[i]) &&
+                 b.portable[i].bits() != b.expected[i] || b.narrow[i] != b.expected[i]) &&
                 reported++ < 5)
-                MESSAGE("float bits ", hex(first + i), ": reference ", hex(b.expected[i]), " scalar ",
-                        hex(b.scalar[i]), " native ", hex(b.native[i].bits()), " portable ", hex(b.portable[i].bits()));
+                MESSAGE("float bits ", hex(first + i), ": reference ", hex(b.expected[i]), " scalar ", hex(b.scalar[i]),
+                        " native ", hex(b.native[i].bits()), " portable ", hex(b.portable[i].bits()), " 8-lane ",
+                        hex(b.narrow[i]));
         return bad;
     });
     CHECK(wrong == 0);

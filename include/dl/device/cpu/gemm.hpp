@@ -133,6 +133,17 @@ T* gemm_scratch(int slot, std::int64_t count) {
     return b.data() + (align - (address / sizeof(T)) % align) % align;
 }
 
+/// R rows of k values as a panel of k groups of G (the dot-product instructions' k step: 4 for
+/// vpdpbusd, 2 for vdpbf16ps): p[(k/G · R + r)·G + k%G] = at(r, k), for r < rows and k < kc; the rest
+/// of the panel (rows past `rows`, k past kc up to a multiple of G) is zero. A's panels take its rows
+/// (R = MR), B's take its columns (R = NR).
+template <int R, int G, class V, class At>
+void pack_k_groups(std::int64_t rows, std::int64_t kc, At&& at, V* p) {
+    std::fill(p, p + (kc + G - 1) / G * R * G, V(0));
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t k = 0; k < kc; ++k) p[((k / G) * R + r) * G + k % G] = at(r, k);
+}
+
 #ifndef DL_NO_SIMD
 /// Register blocking by target: an MR × NV·W tile of C in registers (W floats a vector). With 32 vector
 /// registers (AVX-512) 12 × 2 accumulators leave room for the B vectors; with 16 (AVX2, SSE), 6 × 2.
@@ -462,38 +473,9 @@ template <class T>
 void gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
           const gemm_epilogue<T>& ep, Context& ctx);
 
-/// 16-bit floats: the float kernel on widened copies of the operands, accumulating in float, C rounded
-/// once on the way back. Correct, and fast where the product outweighs the copies (O(MK + KN + MN)
-/// conversions for 2MNK flops); a kernel on packed 16-bit panels (AVX-512 BF16's vdpbf16ps) belongs to
-/// the GEMM issue and is not written yet.
+/// 16-bit operands (gemm_half.hpp).
 template <class T>
 void gemm_widened(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
-                  const gemm_epilogue<T>& ep, Context& ctx) {
-    auto view = [&](const auto& m) {
-        using E = std::remove_const_t<std::remove_pointer_t<decltype(m.data)>>;
-        return Tensor<E>::borrow(const_cast<E*>(m.data), {m.rows, m.cols}, {m.row_stride, m.col_stride}, ctx);
-    };
-    auto as_ref = [](const Tensor<float>& t) { return matrix_ref<const float>{t.data(), t.shape()[0], t.shape()[1], t.shape()[1], 1}; };
-    const Tensor<float> wa = cast<float>(view(a)), wb = cast<float>(view(b));
-    Tensor<float> wc = ep.beta != T(0) ? Tensor<float>(cast<float>(view(c))) : Tensor<float>({c.rows, c.cols}, ctx);
-    Tensor<float> bias, residual;
-    gemm_epilogue<float> wide{.alpha = float(ep.alpha), .beta = float(ep.beta), .bias_per_row = ep.bias_per_row, .act = ep.act};
-    if (ep.bias) {
-        const std::int64_t n = ep.bias_per_row ? c.rows : c.cols;
-        bias = cast<float>(Tensor<T>::borrow(const_cast<T*>(ep.bias), {n}, {1}, ctx));
-        wide.bias = bias.data();
-    }
-    if (ep.residual.data) {
-        residual = cast<float>(view(ep.residual));
-        wide.residual = as_ref(residual);
-    }
-    gemm(as_ref(wa), as_ref(wb), matrix_ref<float>{wc.data(), c.rows, c.cols, c.cols, 1}, wide, ctx);
-    Tensor<T> out = view(c);
-    assign(out, wc);
-}
-
-template <class T>
-void gemm_checked(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
                   const gemm_epilogue<T>& ep, Context& ctx);
 
 /// C = act(alpha·A·B + beta·C + bias) + residual (see gemm_epilogue). C must not overlap A, B or the
@@ -593,3 +575,5 @@ template <class T>
 }
 
 }  // namespace dl::detail
+
+#include "gemm_half.hpp"  // the 16-bit products, which call back into gemm() above

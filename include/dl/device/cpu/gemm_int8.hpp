@@ -30,16 +30,6 @@ struct int8_shape {
     static constexpr std::int64_t KC = 1024;  // k per packed block, a multiple of 4
 };
 
-/// R rows of k values as a panel of 4-byte k groups: p[(k4·R + r)·4 + q] = at(r, 4·k4 + q), for r < rows
-/// and k < kc; the rest of the panel (rows past `rows`, k past kc up to a multiple of 4) is zero.
-/// A's panels take its rows (R = MR), B's take its columns (R = NR).
-template <int R, class V, class At>
-void pack_k4(std::int64_t rows, std::int64_t kc, At&& at, V* p) {
-    std::memset(p, 0, std::size_t((kc + 3) / 4 * R * 4));
-    for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t k = 0; k < kc; ++k) p[((k / 4) * R + r) * 4 + k % 4] = at(r, k);
-}
-
 /// acc[r][n] = Σ A-panel(r, k)·B-panel(k, n) over k4 groups of four, on packed panels.
 template <bool Vnni>
 void int8_tile(std::int64_t k4, const std::uint8_t* pa, const std::int8_t* pb, std::int32_t (&acc)[int8_shape::MR][int8_shape::NR]) {
@@ -94,11 +84,11 @@ void gemm_u8s8_rows(const matrix_ref<const std::uint8_t>& a, const matrix_ref<co
         const std::int64_t kc = std::min(int8_shape::KC, K - pc), k4 = (kc + 3) / 4;
         const bool add = accumulate || pc > 0;
         for (std::int64_t j = 0; j < N; j += NR)
-            pack_k4<NR>(std::min<std::int64_t>(NR, N - j), kc, [&](std::int64_t n, std::int64_t k) { return b(pc + k, j + n); },
+            pack_k_groups<NR, 4>(std::min<std::int64_t>(NR, N - j), kc, [&](std::int64_t n, std::int64_t k) { return b(pc + k, j + n); },
                         pb + (j / NR) * k4 * NR * 4);
         for (std::int64_t i = i_begin; i < i_end; i += MR) {
             const std::int64_t rows = std::min<std::int64_t>(MR, i_end - i);
-            pack_k4<MR>(rows, kc, [&](std::int64_t r, std::int64_t k) { return a(i + r, pc + k); }, pa);
+            pack_k_groups<MR, 4>(rows, kc, [&](std::int64_t r, std::int64_t k) { return a(i + r, pc + k); }, pa);
             for (std::int64_t j = 0; j < N; j += NR) {
                 int8_tile<Vnni>(k4, pa, pb + (j / NR) * k4 * NR * 4, acc);
                 const std::int64_t cols = std::min<std::int64_t>(NR, N - j);

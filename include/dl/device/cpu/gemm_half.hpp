@@ -1,0 +1,164 @@
+#pragma once
+// Products of 16-bit floats. gemm_bf16: C (+)= A·B with A and B bfloat16 and C float, accumulating in
+// float. On AVX-512 BF16 (vdpbf16ps, compile-time dispatch on __AVX512BF16__) the kernel reads packed
+// bf16 panels directly: k is grouped in pairs, each step broadcasts one pair of an A row and
+// multiplies 16 column pairs of B into 16 float lanes, half the bytes of a float GEMM per
+// multiply-add. vdpbf16ps flushes subnormal inputs and outputs to zero (as every bf16 dot-product
+// unit does); products of bf16 values are exact in float. Elsewhere, and for float16, the float kernel
+// runs on widened copies of the operands (gemm_bf16<false> forces that path; the tests run both).
+// gemm() on Tensor<bfloat16>/<float16> operands (Linear, Conv2d on 16-bit weights) goes through here
+// and rounds C once on the way back.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+#include "gemm.hpp"
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define DL_HAVE_AVX512_BF16 1
+#else
+#define DL_HAVE_AVX512_BF16 0
+#endif
+
+namespace dl::detail {
+
+inline constexpr bool has_avx512_bf16 = DL_HAVE_AVX512_BF16;
+
+#if DL_HAVE_AVX512_BF16
+struct bf16_shape {
+    static constexpr int MR = 12, NR = 32;   // 24 accumulators + 2 B vectors + 1 broadcast of 32 registers
+    static constexpr std::int64_t KC = 512;  // k per packed block, even
+};
+
+/// acc = Σ over k pairs of the packed panels' products (vdpbf16ps), an MR × NR float tile.
+inline void bf16_tile(std::int64_t k2, const bfloat16* pa, const bfloat16* pb, float (&acc)[bf16_shape::MR][bf16_shape::NR]) {
+    constexpr int MR = bf16_shape::MR, NR = bf16_shape::NR;
+    __m512 sum[MR][2];
+    for (int r = 0; r < MR; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
+    for (std::int64_t k = 0; k < k2; ++k) {
+        const auto b0 = std::bit_cast<__m512bh>(_mm512_loadu_si512(pb + k * NR * 2));
+        const auto b1 = std::bit_cast<__m512bh>(_mm512_loadu_si512(pb + k * NR * 2 + 32));
+        for (int r = 0; r < MR; ++r) {
+            std::int32_t pair;
+            std::memcpy(&pair, pa + (k * MR + r) * 2, 4);
+            const auto av = std::bit_cast<__m512bh>(_mm512_set1_epi32(pair));
+            sum[r][0] = _mm512_dpbf16_ps(sum[r][0], av, b0);
+            sum[r][1] = _mm512_dpbf16_ps(sum[r][1], av, b1);
+        }
+    }
+    for (int r = 0; r < MR; ++r) {
+        _mm512_storeu_ps(acc[r], sum[r][0]);
+        _mm512_storeu_ps(acc[r] + 16, sum[r][1]);
+    }
+}
+
+/// The packed bf16 product on rows [i_begin, i_end) of C, serial. Each thread packs all of B (no
+/// synchronisation between threads; the copy is O(K·N) against O(M·K·N) work).
+inline void gemm_bf16_rows(const matrix_ref<const bfloat16>& a, const matrix_ref<const bfloat16>& b,
+                           const matrix_ref<float>& c, bool accumulate, std::int64_t i_begin, std::int64_t i_end) {
+    constexpr int MR = bf16_shape::MR, NR = bf16_shape::NR;
+    const std::int64_t K = a.cols, N = c.cols;
+    const std::int64_t k2_max = (std::min<std::int64_t>(bf16_shape::KC, std::max<std::int64_t>(K, 2)) + 1) / 2;
+    bfloat16* pa = gemm_scratch<bfloat16>(0, k2_max * MR * 2);
+    bfloat16* pb = gemm_scratch<bfloat16>(1, k2_max * NR * 2 * ((N + NR - 1) / NR));
+    float acc[MR][NR];
+    for (std::int64_t pc = 0; pc == 0 || pc < K; pc += bf16_shape::KC) {
+        const std::int64_t kc = std::min(bf16_shape::KC, K - pc), k2 = (kc + 1) / 2;
+        const bool add = accumulate || pc > 0;
+        for (std::int64_t j = 0; j < N; j += NR)
+            pack_k_groups<NR, 2>(std::min<std::int64_t>(NR, N - j), kc,
+                                 [&](std::int64_t n, std::int64_t k) { return b(pc + k, j + n); }, pb + (j / NR) * k2 * NR * 2);
+        for (std::int64_t i = i_begin; i < i_end; i += MR) {
+            const std::int64_t rows = std::min<std::int64_t>(MR, i_end - i);
+            pack_k_groups<MR, 2>(rows, kc, [&](std::int64_t r, std::int64_t k) { return a(i + r, pc + k); }, pa);
+            for (std::int64_t j = 0; j < N; j += NR) {
+                bf16_tile(k2, pa, pb + (j / NR) * k2 * NR * 2, acc);
+                const std::int64_t cols = std::min<std::int64_t>(NR, N - j);
+                for (std::int64_t r = 0; r < rows; ++r)
+                    for (std::int64_t n = 0; n < cols; ++n) {
+                        float& out = c(i + r, j + n);
+                        out = add ? out + acc[r][n] : acc[r][n];
+                    }
+            }
+        }
+    }
+}
+#endif
+
+/// The (possibly strided) matrix as a non-owning tensor view, for the elementwise conversions.
+template <class E>
+[[nodiscard]] Tensor<std::remove_const_t<E>> tensor_view(const matrix_ref<E>& m, Context& ctx) {
+    using T = std::remove_const_t<E>;
+    return Tensor<T>::borrow(const_cast<T*>(m.data), {m.rows, m.cols}, {m.row_stride, m.col_stride}, ctx);
+}
+[[nodiscard]] inline matrix_ref<const float> as_ref(const Tensor<float>& t) {
+    return {t.data(), t.shape()[0], t.shape()[1], t.strides()[0], t.strides()[1]};
+}
+
+/// C = A·B (or C += A·B when `accumulate`) for A [M, K] and B [K, N] bfloat16 and C [M, N] float, any
+/// strides. Native: the vdpbf16ps kernel where the target has AVX-512 BF16, split over rows of C on
+/// ctx's threads when large; otherwise (or Native = false) the float kernel on widened operands.
+template <bool Native = has_avx512_bf16>
+void gemm_bf16(const matrix_ref<const bfloat16>& a, const matrix_ref<const bfloat16>& b, const matrix_ref<float>& c,
+               bool accumulate, Context& ctx) {
+    const std::int64_t M = c.rows, N = c.cols, K = a.cols;
+    if (a.rows != M || b.rows != K || b.cols != N)
+        fail("dl::gemm_bf16: shapes [", a.rows, ", ", a.cols, "]·[", b.rows, ", ", b.cols, "] into [", M, ", ", N,
+             "] do not match");
+    if (M == 0 || N == 0) return;
+    if constexpr (Native && has_avx512_bf16) {
+#if DL_HAVE_AVX512_BF16
+        const prof::op_scope scope(ctx, "matmul_bf16", 2.0 * double(M) * double(N) * double(K),
+                                   double(2 * (M * K + K * N) + 4 * M * N));
+        constexpr int MR = bf16_shape::MR;
+        const int threads = ctx.concurrency();
+        const std::int64_t parts =
+            threads > 1 && M * N * K >= (std::int64_t{1} << 20) ? std::min<std::int64_t>(threads, (M + MR - 1) / MR) : 1;
+        if (parts <= 1) return gemm_bf16_rows(a, b, c, accumulate, 0, M);
+        const std::int64_t per = ((M + parts - 1) / parts + MR - 1) / MR * MR;
+        ctx.parallel_for(parts, [&](std::int64_t p) {
+            const std::int64_t begin = std::min(M, p * per), end = std::min(M, begin + per);
+            if (begin < end) gemm_bf16_rows(a, b, c, accumulate, begin, end);
+        });
+#endif
+    } else {
+        const Tensor<float> wa = cast<float>(tensor_view(a, ctx)), wb = cast<float>(tensor_view(b, ctx));
+        gemm(as_ref(wa), as_ref(wb), c, accumulate, ctx);
+    }
+}
+
+/// gemm() for 16-bit operands: the product in float (gemm_bf16's kernel for bfloat16 on AVX-512 BF16,
+/// else the float kernel on widened copies: O(MK + KN) conversions against 2MNK flops), the epilogue in
+/// float, C rounded once on the way back.
+template <class T>
+void gemm_widened(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                  const gemm_epilogue<T>& ep, Context& ctx) {
+    Tensor<float> wc = ep.beta != T(0) ? Tensor<float>(cast<float>(tensor_view(c, ctx))) : Tensor<float>({c.rows, c.cols}, ctx);
+    const matrix_ref<float> wide_c{wc.data(), c.rows, c.cols, c.cols, 1};
+    Tensor<float> bias, residual;
+    gemm_epilogue<float> wide{.alpha = float(ep.alpha), .beta = float(ep.beta), .bias_per_row = ep.bias_per_row, .act = ep.act};
+    if (ep.bias) {
+        const std::int64_t n = ep.bias_per_row ? c.rows : c.cols;
+        bias = cast<float>(Tensor<T>::borrow(const_cast<T*>(ep.bias), {n}, {1}, ctx));
+        wide.bias = bias.data();
+    }
+    if (ep.residual.data) {
+        residual = cast<float>(tensor_view(ep.residual, ctx));
+        wide.residual = as_ref(residual);
+    }
+    if constexpr (std::is_same_v<T, bfloat16> && has_avx512_bf16) {
+        // The product alone, then alpha, beta, bias, activation and residual in one pass over it.
+        Tensor<float> product({c.rows, c.cols}, ctx);
+        gemm_bf16(a, b, matrix_ref<float>{product.data(), c.rows, c.cols, c.cols, 1}, false, ctx);
+        finish_scalar(product.data(), c.cols, wide_c, 0, 0, c.rows, c.cols, wide, true, true);
+    } else {
+        const Tensor<float> wa = cast<float>(tensor_view(a, ctx)), wb = cast<float>(tensor_view(b, ctx));
+        gemm(as_ref(wa), as_ref(wb), wide_c, wide, ctx);
+    }
+    Tensor<T> out = tensor_view(c, ctx);
+    assign(out, wc);
+}
+
+}  // namespace dl::detail
