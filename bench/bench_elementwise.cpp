@@ -4,9 +4,9 @@
 
 #include <dl/dl.hpp>
 
-#include <array>
+#include "bandwidth.hpp"
+
 #include <cstdint>
-#include <memory>
 
 #ifdef DL_BENCH_HAVE_EIGEN
 #define EIGEN_USE_THREADS
@@ -28,27 +28,11 @@ struct workload {
     dl::Tensor<float> x, y, z, out;
 };
 
-workload& data(int threads) {
-    static std::array<std::unique_ptr<workload>, 3> cache;
-    auto& w = cache.at(static_cast<std::size_t>(threads));
-    if (!w) w = std::make_unique<workload>(threads);
-    return *w;
-}
+workload& data(int threads) { return dl_bench::workload_for<workload>(threads); }
 
-// a[i] = b[i] + s * c[i]: 12 bytes per element, the bandwidth a plain compiled loop reaches.
 void triad(benchmark::State& state) {
     auto& w = data(static_cast<int>(state.range(0)));
-    float *a = w.out.data(), *b = w.x.data(), *c = w.y.data();
-    const float s = 1.5f;
-    const std::int64_t chunks = w.ctx.concurrency(), chunk = n / chunks;
-    for (auto _ : state) {
-        w.ctx.parallel_for(chunks, [&](std::int64_t t) {
-            for (std::int64_t i = t * chunk; i < (t + 1) * chunk; ++i) a[i] = b[i] + s * c[i];
-        });
-        benchmark::DoNotOptimize(a);
-        benchmark::ClobberMemory();
-    }
-    state.SetBytesProcessed(state.iterations() * n * 12);
+    dl_bench::triad(state, w.ctx, w.out.data(), w.x.data(), w.y.data(), n);
 }
 
 void chain_fused(benchmark::State& state) {

@@ -62,9 +62,32 @@ void check_all() {
     check_bf16<Native>(64, 256, 784, false, true, true, 2, 101);
 }
 
+/// Small integers: every product and partial sum is exact in float, so C must equal the integer
+/// reference exactly, whatever the order of accumulation.
+template <bool Native>
+void check_exact(std::int64_t M, std::int64_t N, std::int64_t K, int threads) {
+    dl::Context ctx({.threads = threads});
+    std::vector<bfloat16> a(std::size_t(M * K)), b(std::size_t(K * N));
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = bfloat16(int(i * 7 % 17) - 8);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = bfloat16(int(i * 5 % 13) - 6);
+    std::vector<float> c(std::size_t(M * N));
+    dl::detail::gemm_bf16<Native>({a.data(), M, K, K, 1}, {b.data(), K, N, N, 1}, {c.data(), M, N, N, 1}, false, ctx);
+    int wrong = 0;
+    for (std::int64_t i = 0; i < M; ++i)
+        for (std::int64_t j = 0; j < N; ++j) {
+            std::int64_t s = 0;
+            for (std::int64_t k = 0; k < K; ++k) s += std::int64_t(float(a[std::size_t(i * K + k)])) * std::int64_t(float(b[std::size_t(k * N + j)]));
+            if (c[std::size_t(i * N + j)] != float(s) && wrong++ < 3)
+                FAIL_CHECK("C(" << i << ", " << j << ") = " << c[std::size_t(i * N + j)] << ", expected " << s);
+        }
+}
+
 }  // namespace
 
-TEST_CASE("gemm_bf16, widened-float path, matches the double reference") { check_all<false>(); }
+TEST_CASE("gemm_bf16, widened-float path, matches the double reference") {
+    check_all<false>();
+    check_exact<false>(37, 67, 1031, 2);
+}
 
 TEST_CASE("gemm_bf16, vdpbf16ps kernel, matches the double reference (where the target has AVX-512 BF16)") {
     if (!dl::detail::has_avx512_bf16) {
@@ -72,6 +95,7 @@ TEST_CASE("gemm_bf16, vdpbf16ps kernel, matches the double reference (where the 
         return;
     }
     check_all<true>();
+    check_exact<true>(37, 67, 1031, 2);
 }
 
 TEST_CASE("gemm_bf16: empty products, and shapes that do not multiply") {

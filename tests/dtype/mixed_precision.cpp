@@ -53,6 +53,15 @@ TEST_CASE_TEMPLATE("16-bit parameters: updates below the 16-bit ulp accumulate i
     for (std::int64_t i = 0; i < 5; ++i) CHECK(w.data()[i].bits() == H(master).bits());
     // Without the master, each step would round back to 1.
     CHECK(float(H(1.0f) - H(1e-4f)) == 1.0f);
+    // Parameters written by hand reach the master through sync_masters (else the next step would
+    // overwrite them from the stale master).
+    std::fill_n(w.data(), 5, H(4.0f));
+    opt.sync_masters();
+    CHECK(opt.master_params()[0].data()[3] == 4.0f);
+    opt.zero_grad();
+    dl::sum(w).backward();
+    opt.step();
+    CHECK(float(w.data()[0]) == float(H(4.0f - 1e-4f)));
 }
 
 TEST_CASE("16-bit parameters: Adam's state and masters are float and survive a checkpoint") {

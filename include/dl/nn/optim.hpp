@@ -101,7 +101,9 @@ namespace detail {
 ///
 /// Mixed precision: for 16-bit parameters (bfloat16, float16) the optimizer keeps a float master copy of
 /// each; updates and state are float, and each step ends by rounding the masters into the parameters.
-/// Small updates then accumulate in the master instead of vanishing below the 16-bit ulp.
+/// Small updates then accumulate in the master instead of vanishing below the 16-bit ulp. The masters
+/// are taken from the parameters at construction (and restored by load_checkpoint with the optimizer):
+/// after writing parameters any other way, call sync_masters(), or the next step overwrites them.
 template <class T, class Options>
 class optimizer {
 public:
@@ -117,6 +119,10 @@ public:
     [[nodiscard]] const std::vector<Tensor<T>>& params() const noexcept { return params_; }
     /// The float master copies of 16-bit parameters (empty for float and double parameters).
     [[nodiscard]] const std::vector<Tensor<compute_type>>& master_params() const noexcept { return masters_; }
+    /// Re-reads the master copies from the 16-bit parameters (after they were set by hand).
+    void sync_masters() {
+        for (std::size_t i = 0; i < masters_.size(); ++i) assign(masters_[i], params_[i].detach());
+    }
     /// Every gradient is multiplied by this as it is read (a loss_scaler's 1/scale); 1 by default.
     void set_grad_scale(double scale) noexcept { grad_scale_ = scale; }
 

@@ -93,9 +93,6 @@ template <class E>
     using T = std::remove_const_t<E>;
     return Tensor<T>::borrow(const_cast<T*>(m.data), {m.rows, m.cols}, {m.row_stride, m.col_stride}, ctx);
 }
-[[nodiscard]] inline matrix_ref<const float> as_ref(const Tensor<float>& t) {
-    return {t.data(), t.shape()[0], t.shape()[1], t.strides()[0], t.strides()[1]};
-}
 
 /// C = A·B (or C += A·B when `accumulate`) for A [M, K] and B [K, N] bfloat16 and C [M, N] float, any
 /// strides. Native: the vdpbf16ps kernel where the target has AVX-512 BF16, split over rows of C on
@@ -125,7 +122,7 @@ void gemm_bf16(const matrix_ref<const bfloat16>& a, const matrix_ref<const bfloa
 #endif
     } else {
         const Tensor<float> wa = cast<float>(tensor_view(a, ctx)), wb = cast<float>(tensor_view(b, ctx));
-        gemm(as_ref(wa), as_ref(wb), c, accumulate, ctx);
+        gemm(as_matrix(wa), as_matrix(wb), c, accumulate, ctx);
     }
 }
 
@@ -146,7 +143,7 @@ void gemm_widened(const matrix_ref<const T>& a, const matrix_ref<const T>& b, co
     }
     if (ep.residual.data) {
         residual = cast<float>(tensor_view(ep.residual, ctx));
-        wide.residual = as_ref(residual);
+        wide.residual = as_matrix(residual);
     }
     if constexpr (std::is_same_v<T, bfloat16> && has_avx512_bf16) {
         // The product alone, then alpha, beta, bias, activation and residual in one pass over it.
@@ -155,7 +152,7 @@ void gemm_widened(const matrix_ref<const T>& a, const matrix_ref<const T>& b, co
         finish_scalar(product.data(), c.cols, wide_c, 0, 0, c.rows, c.cols, wide, true, true);
     } else {
         const Tensor<float> wa = cast<float>(tensor_view(a, ctx)), wb = cast<float>(tensor_view(b, ctx));
-        gemm(as_ref(wa), as_ref(wb), wide_c, wide, ctx);
+        gemm(as_matrix(wa), as_matrix(wb), wide_c, wide, ctx);
     }
     Tensor<T> out = tensor_view(c, ctx);
     assign(out, wc);
