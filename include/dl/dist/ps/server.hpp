@@ -1,0 +1,256 @@
+#pragma once
+// The parameter server over TCP: connections are spread over the service's shard threads; each reads
+// frames (protocol.hpp), checks them, hands them to the service and writes the replies back, several
+// requests in flight per connection.
+#include <array>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "service.hpp"
+
+namespace dl::ps {
+
+struct server_options {
+    std::string address = "127.0.0.1";
+    std::uint16_t port = 0;  ///< 0: the system picks one (see server::port())
+    std::uint32_t max_payload = default_max_payload;
+    /// Requests a connection may have in flight; it stops reading until one finishes, so a client
+    /// holds at most this many payloads of the server's memory.
+    unsigned max_in_flight = 8;
+};
+
+namespace detail {
+
+/// One client connection: a read loop (a coroutine) and a queue of replies to write. It lives on one
+/// shard thread's io_context; replies finished on other shard threads are posted back to it.
+class connection : public std::enable_shared_from_this<connection> {
+public:
+    connection(asio::ip::tcp::socket socket, service& svc, server_options options)
+        : socket_(std::move(socket)), service_(svc), options_(options), slot_free_(socket_.get_executor()) {}
+
+    void start() {
+        asio::co_spawn(socket_.get_executor(), [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
+    }
+
+private:
+    /// A request's buffers: they live until its reply is written.
+    struct exchange {
+        frame_header request_header;
+        frame_bytes request;  // payload only
+        frame_bytes reply;    // header + payload
+    };
+
+    asio::awaitable<void> read_loop() {
+        try {
+            for (;;) {
+                std::array<std::byte, header_bytes> raw;
+                co_await asio::async_read(socket_, asio::buffer(raw), asio::use_awaitable);
+                parsed_header parsed = parse_header(raw, options_.max_payload);
+                if (parsed.verdict == header_verdict::close) {
+                    // Say why, then hang up: the stream is no longer framed.
+                    closing_ = true;  // the write queue closes the socket once this reply is out
+                    queue(error_frame(parsed.header, parsed.error, "dl::ps: " + parsed.reason + "; closing the connection"));
+                    co_return;
+                }
+                auto ex = std::make_shared<exchange>();
+                ex->request_header = parsed.header;
+                ex->request.resize(parsed.header.payload_bytes);
+                co_await asio::async_read(socket_, asio::buffer(ex->request), asio::use_awaitable);
+                while (in_flight_ >= options_.max_in_flight) {
+                    boost::system::error_code ignored;
+                    slot_free_.expires_at(asio::steady_timer::time_point::max());
+                    co_await slot_free_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+                }
+                ++in_flight_;
+                if (parsed.verdict == header_verdict::reject)
+                    finish(ex, {parsed.error, "dl::ps: " + parsed.reason});
+                else
+                    dispatch(ex);
+            }
+        } catch (const boost::system::system_error&) {
+            close();  // peer gone or reset: its in-flight replies are dropped when they finish
+        }
+    }
+
+    void dispatch(const std::shared_ptr<exchange>& ex) {
+        const frame_header& h = ex->request_header;
+        auto self = shared_from_this();
+        auto done = [self, ex](outcome o) {
+            asio::post(self->socket_.get_executor(), [self, ex, o = std::move(o)]() mutable { self->finish(ex, std::move(o)); });
+        };
+        try {
+            switch (static_cast<op>(h.op)) {
+            case op::pull: {
+                const auto ids = decode_pull(ex->request);
+                std::uint32_t dim = 0;
+                try {
+                    dim = service_.config(h.table).dim;
+                } catch (const dl::error& e) {
+                    return finish(ex, {status::unknown_table, e.what()});
+                }
+                // reply: header, dim, n, rows. The rows' size is bounded by max_payload like a request's.
+                const std::uint64_t floats = std::uint64_t{ids.size()} * dim;
+                if (8 + floats * 4 > options_.max_payload)
+                    return finish(ex, {status::too_large, dl::detail::concat("dl::ps: the reply to a pull of ", ids.size(), " ids of dim ", dim,
+                                                                           " would exceed the frame limit of ", options_.max_payload, " bytes")});
+                ex->reply.resize(header_bytes + 8 + floats * 4);
+                const auto n = static_cast<std::uint32_t>(ids.size());
+                std::memcpy(ex->reply.data() + header_bytes, &dim, 4);
+                std::memcpy(ex->reply.data() + header_bytes + 4, &n, 4);
+                auto* rows = reinterpret_cast<float*>(ex->reply.data() + header_bytes + 8);
+                return service_.pull(h.table, ids, {rows, floats}, done);
+            }
+            case op::push: return service_.push(h.table, decode_push(ex->request), done);
+            case op::create_table: {
+                byte_reader r(ex->request);
+                return service_.create_table(decode_table_config(r, h.table), done);
+            }
+            case op::grow_dim: {
+                byte_reader r(ex->request);
+                const auto dim = r.get<std::uint32_t>();
+                r.expect_end();
+                return service_.grow_dim(h.table, dim, done);
+            }
+            case op::stats: {
+                if (!ex->request.empty()) throw decode_error{status::malformed, "stats takes no payload"};
+                return service_.stats(h.table, [self, ex](outcome o, table_stats s) {
+                    if (o.ok()) {
+                        ex->reply.resize(header_bytes + sizeof s);
+                        std::memcpy(ex->reply.data() + header_bytes, &s, sizeof s);
+                    }
+                    asio::post(self->socket_.get_executor(), [self, ex, o = std::move(o)]() mutable { self->finish(ex, std::move(o)); });
+                });
+            }
+            case op::checkpoint:
+            case op::export_table:
+                return finish(ex, {status::unknown_op, "dl::ps: this server has no data dir (checkpoint and export need one)"});
+            }
+            finish(ex, {status::unknown_op, "dl::ps: unknown op"});
+        } catch (const decode_error& e) {
+            finish(ex, {e.code, "dl::ps: " + e.reason});
+        }
+    }
+
+    /// On this connection's thread: completes the reply frame and queues it.
+    void finish(const std::shared_ptr<exchange>& ex, outcome o) {
+        --in_flight_;
+        slot_free_.cancel();
+        if (!socket_.is_open()) return;
+        if (!o.ok()) {
+            queue(error_frame(ex->request_header, o.code, o.message));
+            return;
+        }
+        if (ex->reply.empty()) ex->reply.resize(header_bytes);
+        frame_header h = ex->request_header;
+        h.payload_bytes = static_cast<std::uint32_t>(ex->reply.size() - header_bytes);
+        std::memcpy(ex->reply.data(), &h, header_bytes);
+        queue(std::move(ex->reply));
+    }
+
+    [[nodiscard]] static frame_bytes error_frame(frame_header h, status code, std::string_view message) {
+        message = message.substr(0, 4096);
+        h.magic = frame_magic;
+        h.version = protocol_version;
+        h.reserved = 0;
+        h.status = static_cast<std::uint32_t>(code);
+        h.payload_bytes = static_cast<std::uint32_t>(message.size());
+        frame_bytes frame(header_bytes + message.size());
+        std::memcpy(frame.data(), &h, header_bytes);
+        std::memcpy(frame.data() + header_bytes, message.data(), message.size());
+        return frame;
+    }
+
+    void queue(frame_bytes frame) {
+        if (!socket_.is_open()) return;
+        writes_.push_back(std::move(frame));
+        if (writes_.size() == 1) write_next();
+    }
+    void write_next() {
+        asio::async_write(socket_, asio::buffer(writes_.front()), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+            if (ec) {
+                self->writes_.clear();  // nothing is being written any more
+                return self->close();
+            }
+            self->writes_.pop_front();
+            if (!self->writes_.empty()) self->write_next();
+            else if (self->closing_) self->close();
+        });
+    }
+    void close() {
+        boost::system::error_code ignored;
+        socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+        socket_.close(ignored);  // a write in progress ends with an error and clears the queue
+        slot_free_.cancel();
+    }
+
+    asio::ip::tcp::socket socket_;
+    service& service_;
+    server_options options_;
+    asio::steady_timer slot_free_;  // wakes the read loop when a request slot frees up
+    unsigned in_flight_ = 0;
+    bool closing_ = false;
+    std::deque<frame_bytes> writes_;
+};
+
+}  // namespace detail
+
+/// Accepts connections for a service on the shard threads (round robin).
+class server {
+public:
+    server(service& svc, server_options options = {})
+        : service_(svc), options_(std::move(options)), acceptor_(svc.context(0)) {
+        const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.address), options_.port);
+        acceptor_.open(endpoint.protocol());
+        acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true));
+        acceptor_.bind(endpoint);
+        acceptor_.listen();
+        port_ = acceptor_.local_endpoint().port();
+        accept_next();
+    }
+    ~server() { stop(); }
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+
+    [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+
+    /// Stops accepting; open connections end when their peers close or the service stops.
+    void stop() {
+        std::promise<void> stopped;
+        asio::post(acceptor_.get_executor(), [&] {
+            boost::system::error_code ignored;
+            acceptor_.close(ignored);
+            stopped.set_value();
+        });
+        stopped.get_future().wait();
+    }
+
+private:
+    void accept_next() {
+        asio::io_context& target = service_.context(next_++ % service_.shard_count());
+        acceptor_.async_accept(target, [this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
+            if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+            if (!ec) {
+                socket.set_option(asio::ip::tcp::no_delay(true));
+                std::make_shared<detail::connection>(std::move(socket), service_, options_)->start();
+            }
+            accept_next();
+        });
+    }
+
+    service& service_;
+    server_options options_;
+    asio::ip::tcp::acceptor acceptor_;
+    std::uint16_t port_ = 0;
+    unsigned next_ = 0;
+};
+
+}  // namespace dl::ps

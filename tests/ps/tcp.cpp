@@ -1,0 +1,259 @@
+// The TCP transport: the same results as in-process, ids partitioned over two servers, and hostile
+// or broken peers — malformed, truncated, oversized and random frames get an error reply or a closed
+// connection, never a crash or a touched table; a down or silent server fails a call by its deadline.
+#include "support.hpp"
+
+#include <dl/ps.hpp>
+
+#include <random>
+
+namespace {
+
+using namespace dl::ps;
+using boost::asio::ip::tcp;
+
+table_config config(std::uint32_t id, std::uint32_t dim) {
+    table_config c;
+    c.id = id;
+    c.dim = dim;
+    c.init = {initializer_kind::uniform, 0.1f};
+    c.optimizer.kind = optimizer_kind::adagrad;
+    return c;
+}
+
+std::string address(const server& s) { return "127.0.0.1:" + std::to_string(s.port()); }
+
+std::string error_of(std::future<void> f) {
+    try {
+        f.get();
+    } catch (const dl::error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+/// A raw connection for sending hand-made bytes and reading the reply frames.
+struct raw_connection {
+    boost::asio::io_context io;
+    tcp::socket socket{io};
+    explicit raw_connection(std::uint16_t port) {
+        socket.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port));
+        // Reads give up after 10 s instead of hanging the test when a reply never comes.
+        struct timeval tv{10, 0};
+        setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    }
+    void send(std::span<const std::byte> bytes) { boost::asio::write(socket, boost::asio::buffer(bytes.data(), bytes.size())); }
+    /// The next reply frame, or nullopt when the server closed the connection.
+    std::optional<std::pair<frame_header, std::string>> reply() {
+        frame_header h;
+        boost::system::error_code ec;
+        boost::asio::read(socket, boost::asio::buffer(&h, sizeof h), ec);
+        if (ec) return std::nullopt;
+        std::string payload(h.payload_bytes, '\0');
+        boost::asio::read(socket, boost::asio::buffer(payload), ec);
+        if (ec) return std::nullopt;
+        return std::pair{h, payload};
+    }
+};
+
+frame_bytes frame(op code, std::uint32_t table_id, std::uint64_t request, std::span<const std::byte> payload) {
+    frame_header h;
+    h.op = static_cast<std::uint16_t>(code);
+    h.table = table_id;
+    h.request_id = request;
+    h.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    frame_bytes f(header_bytes);
+    std::memcpy(f.data(), &h, header_bytes);
+    f.insert(f.end(), payload.begin(), payload.end());
+    return f;
+}
+
+frame_bytes pull_frame(std::uint32_t table_id, std::uint64_t request, std::span<const std::uint64_t> ids) {
+    return frame(op::pull, table_id, request, std::as_bytes(ids));
+}
+
+}  // namespace
+
+TEST_CASE("tcp: two servers hold disjoint parts of a table; results equal the in-process service") {
+    service a({.threads = 2}), b({.threads = 1}), local({.threads = 2});
+    server sa(a), sb(b);
+    client remote(client_options{{address(sa), address(sb)}});
+    client embedded(local);
+    const table_config cfg = config(2, 16);
+    remote.create_table(cfg).get();
+    embedded.create_table(cfg).get();
+
+    std::mt19937_64 rng(4);
+    for (int step = 0; step < 10; ++step) {
+        std::vector<std::uint64_t> ids(1000);
+        for (auto& id : ids) id = rng() % 3000;
+        std::vector<float> grads(ids.size() * 16);
+        for (auto& g : grads) g = static_cast<float>(rng() % 1000) / 1000.0f - 0.5f;
+        std::vector<std::uint32_t> shows(ids.size(), 1), clicks(ids.size(), 0);
+        auto f1 = remote.push(2, ids, grads, shows, clicks);
+        auto f2 = embedded.push(2, ids, grads, shows, clicks);
+        f1.get();
+        f2.get();
+    }
+    std::vector<std::uint64_t> ids(5000);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = (i * 7) % 4000;
+    std::vector<float> x(ids.size() * 16), y(ids.size() * 16);
+    auto fx = remote.pull(2, ids, x);  // both in flight at once
+    auto fy = embedded.pull(2, ids, y);
+    fx.get();
+    fy.get();
+    CHECK(x == y);
+    const table_stats all = remote.stats(2).get(), here = embedded.stats(2).get();
+    CHECK(all.rows == here.rows);
+    client only_a(client_options{{address(sa)}}), only_b(client_options{{address(sb)}});
+    const auto rows_a = only_a.stats(2).get().rows, rows_b = only_b.stats(2).get().rows;
+    CHECK(rows_a + rows_b == all.rows);
+    CHECK(rows_a > all.rows / 4);
+    CHECK(rows_b > all.rows / 4);
+    // Server-side errors come back with the server named.
+    CHECK(error_of(remote.pull(77, ids, x)).find("unknown table 77") != std::string::npos);
+    std::vector<float> nan(16, std::numeric_limits<float>::quiet_NaN());
+    CHECK(error_of(remote.push(2, std::vector<std::uint64_t>{5}, nan)).find("nothing was applied") != std::string::npos);
+}
+
+TEST_CASE("tcp: malformed frames get an error reply or a closed connection, and the table is untouched") {
+    service svc({.threads = 2});
+    server srv(svc);
+    client c(client_options{{address(srv)}});
+    c.create_table(config(1, 4)).get();
+    const std::vector<std::uint64_t> ids{1, 2, 3};
+    c.push(1, ids, std::vector<float>(12, 1.0f)).get();
+    std::vector<float> before(12), after(12);
+    c.pull(1, ids, before).get();
+
+    SUBCASE("an unknown op is answered and the connection keeps working") {
+        raw_connection raw(srv.port());
+        frame_bytes f = frame(op::pull, 1, 41, std::as_bytes(std::span(ids)));
+        std::uint16_t unknown = 99;
+        std::memcpy(f.data() + 6, &unknown, 2);
+        raw.send(f);
+        auto r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.request_id == 41);
+        CHECK(r->first.status == static_cast<std::uint32_t>(status::unknown_op));
+        raw.send(pull_frame(1, 42, ids));
+        r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.request_id == 42);
+        CHECK(r->first.status == 0);
+        CHECK(r->second.size() == 8 + 12 * 4);
+    }
+    SUBCASE("a bad magic, a bad version or an oversized length: an error reply, then the connection closes") {
+        for (int kind = 0; kind < 3; ++kind) {
+            raw_connection raw(srv.port());
+            frame_bytes f = pull_frame(1, 7, ids);
+            if (kind == 0) f[0] = std::byte{'X'};
+            if (kind == 1) f[4] = std::byte{9};
+            if (kind == 2) {
+                const std::uint32_t huge = 0xFFFFFFF0u;
+                std::memcpy(f.data() + 24, &huge, 4);
+            }
+            raw.send(f);
+            auto r = raw.reply();
+            REQUIRE(r);
+            CHECK(r->first.status != 0);
+            CHECK(r->second.find("closing the connection") != std::string::npos);
+            CHECK_FALSE(raw.reply());  // closed
+        }
+    }
+    SUBCASE("payloads that do not match their op are answered with the reason") {
+        raw_connection raw(srv.port());
+        raw.send(frame(op::pull, 1, 1, frame_bytes(13)));  // not whole ids
+        auto r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.status == static_cast<std::uint32_t>(status::malformed));
+        frame_bytes push;
+        byte_writer(push).put(push_header{3, 4, 0, 0});
+        byte_writer(push).put_span(std::span<const std::uint64_t>(ids));
+        std::vector<float> g(12, 1.0f);
+        g[11] = std::numeric_limits<float>::infinity();
+        byte_writer(push).put_span(std::span<const float>(g));
+        raw.send(frame(op::push, 1, 2, push));
+        r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.status == static_cast<std::uint32_t>(status::non_finite));
+        frame_bytes cut(push.begin(), push.end() - 4);
+        raw.send(frame(op::push, 1, 3, cut));
+        r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.status == static_cast<std::uint32_t>(status::malformed));
+        raw.send(frame(op::pull, 555, 4, std::as_bytes(std::span(ids))));
+        r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.status == static_cast<std::uint32_t>(status::unknown_table));
+    }
+    SUBCASE("a frame cut short by a closed connection, and random bytes, leave the server serving") {
+        {
+            raw_connection raw(srv.port());
+            const frame_bytes f = pull_frame(1, 9, ids);
+            raw.send(std::span(f).first(header_bytes + 5));
+        }
+        std::mt19937_64 rng(99);
+        const int connections = dl_test::quick() ? 20 : 100;
+        for (int i = 0; i < connections; ++i) {
+            raw_connection raw(srv.port());
+            frame_bytes junk(1 + rng() % 600);
+            for (auto& b : junk) b = std::byte(rng());
+            if (i % 2 == 0) {  // a valid start, so the payload checks are reached
+                frame_header h;
+                h.op = static_cast<std::uint16_t>(1 + rng() % 7);
+                h.table = rng() % 3;
+                h.payload_bytes = static_cast<std::uint32_t>(rng() % 700);
+                std::memcpy(junk.data(), &h, std::min(junk.size(), header_bytes));
+            }
+            raw.send(junk);
+        }
+    }
+    c.pull(1, ids, after).get();
+    CHECK(after == before);
+    CHECK(c.stats(1).get().step == 1);
+}
+
+TEST_CASE("tcp: a refused, silent or vanished server fails the call by its deadline") {
+    using namespace std::chrono_literals;
+    const std::vector<std::uint64_t> ids{1, 2};
+    std::vector<float> out(8);
+    {
+        // Nothing listens on the port any more.
+        boost::asio::io_context io;
+        tcp::acceptor probe(io, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+        const auto port = probe.local_endpoint().port();
+        probe.close();
+        client c(client_options{{"127.0.0.1:" + std::to_string(port)}, 2000ms});
+        const auto start = std::chrono::steady_clock::now();
+        CHECK(error_of(c.pull(1, ids, out)).find("cannot connect") != std::string::npos);
+        CHECK(std::chrono::steady_clock::now() - start < 2000ms);
+    }
+    {
+        // Accepts, never answers.
+        boost::asio::io_context io;
+        tcp::acceptor silent(io, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+        client c(client_options{{"127.0.0.1:" + std::to_string(silent.local_endpoint().port())}, 300ms});
+        const auto start = std::chrono::steady_clock::now();
+        const std::string message = error_of(c.pull(1, ids, out));
+        CHECK(message.find("did not answer within 300 ms") != std::string::npos);
+        CHECK(message.find("pull of 2 ids") != std::string::npos);
+        CHECK(std::chrono::steady_clock::now() - start < 5s);
+    }
+    {
+        // The server goes away between calls: the next call fails, and one after a restart works.
+        auto svc = std::make_unique<service>(service_options{.threads = 1});
+        auto srv = std::make_unique<server>(*svc);
+        const std::uint16_t port = srv->port();
+        client c(client_options{{"127.0.0.1:" + std::to_string(port)}, 2000ms});
+        c.create_table(config(1, 4)).get();
+        c.pull(1, ids, out).get();
+        srv.reset();
+        svc.reset();
+        CHECK(!error_of(c.pull(1, ids, out)).empty());
+        svc = std::make_unique<service>(service_options{.threads = 1});
+        server again(*svc, server_options{.port = port});
+        c.create_table(config(1, 4)).get();
+        c.pull(1, ids, out).get();
+    }
+}
