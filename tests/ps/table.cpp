@@ -282,7 +282,7 @@ TEST_CASE("rows read with for_each_row restore into another table exactly") {
         CHECK(r.meta.shows == 2);
     });
     const std::vector<float> w(3), s(5);
-    CHECK_THROWS_WITH_AS(b.restore_row(dl::ps::row_meta{1, 0, 0, 0, 0}, w, s), doctest::Contains("restored row 1"), dl::error);
+    CHECK_THROWS_WITH_AS(b.restore_row(dl::ps::row_meta{1, 0, 0, 0, 0, 0}, w, s), doctest::Contains("restored row 1"), dl::error);
 }
 
 TEST_CASE("a stored row of dim 16 with Adagrad state costs at most 1.15 x raw + 16 bytes") {

@@ -155,6 +155,8 @@ public:
     [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_; }
     /// Records read so far, damaged ones included.
     [[nodiscard]] std::int64_t records() const noexcept { return index_; }
+    /// Bytes consumed: the end of the last record read (where a log with a torn tail is cut).
+    [[nodiscard]] std::int64_t offset() const noexcept { return offset_; }
 
 private:
     struct alignas(16) block {

@@ -371,23 +371,13 @@ private:
                                  std::uint32_t dim) {
         split_by_server(call->ids);
         call->remaining.store(active_servers());
-        const bool counts = !shows.empty();
         for (unsigned s = 0; s < links_.size(); ++s) {
             const std::span<const std::uint32_t> where = part_pos_[s];
             if (where.empty()) continue;
             // The part's rows are gathered straight into its frame.
             const auto n = static_cast<std::uint32_t>(where.size());
             frame_bytes frame = frame_for(op::push, table_id, 0);
-            frame.resize(header_bytes + sizeof(push_header) + n * (8 + std::size_t{4} * dim + (counts ? 8 : 0)));
-            std::byte* at = frame.data() + header_bytes;
-            const push_header h{n, dim, counts ? push_has_counts : 0u, 0};
-            at = put(at, &h, sizeof h);
-            at = put(at, part_ids_[s].data(), n * 8);
-            for (std::uint32_t p : where) at = put(at, grads.data() + std::size_t{p} * dim, dim * 4);
-            if (counts) {
-                for (std::uint32_t p : where) at = put(at, &shows[p], 4);
-                for (std::uint32_t p : where) at = put(at, &clicks[p], 4);
-            }
+            encode_push(frame, where, call->ids, grads, shows, clicks, dim);
             post_send(s, std::move(frame), what(op::push, table_id, n), [call](outcome o, std::span<const std::byte>) {
                 if (!o.ok()) call->fail(std::move(o));
                 call->arrive();
@@ -397,6 +387,25 @@ private:
     }
 
 public:
+    /// Takes a checkpoint on every server (full: all rows; else the rows changed since the last one).
+    std::future<void> checkpoint(bool full) {
+        if (embedded_) return embedded_call([&](service::completion done) {
+            embedded_->checkpoint(full, [done = std::move(done)](outcome o, std::uint64_t) { done(std::move(o)); });
+        });
+        frame_bytes payload(4);
+        const std::uint32_t kind = full ? 0 : 1;
+        std::memcpy(payload.data(), &kind, 4);
+        return broadcast(op::checkpoint, 0, payload, "checkpoint");
+    }
+
+    /// Exports a table for serving (rows and metadata, no optimizer state). Embedded: to `name` as a
+    /// path. TCP: each server writes <its data dir>/exports/<name> with its part of the table.
+    std::future<void> export_table(std::uint32_t table_id, const std::string& name) {
+        if (embedded_) return embedded_call([&](service::completion done) { embedded_->export_table(table_id, name, std::move(done)); });
+        const auto bytes = std::as_bytes(std::span(name.data(), name.size()));
+        return broadcast(op::export_table, table_id, bytes, "export");
+    }
+
     /// The table's figures, summed over the servers.
     std::future<table_stats> stats(std::uint32_t table_id) {
         auto result = std::make_shared<std::promise<table_stats>>();
@@ -478,10 +487,6 @@ private:
         h.table = table_id;
         std::memcpy(frame.data(), &h, header_bytes);
         return frame;
-    }
-    static std::byte* put(std::byte* at, const void* data, std::size_t bytes) noexcept {
-        std::memcpy(at, data, bytes);
-        return at + bytes;
     }
     [[nodiscard]] static std::string what(op code, std::uint32_t table_id, std::size_t ids) {
         const char* name = code == op::pull ? "pull" : code == op::push ? "push" : "stats";

@@ -290,6 +290,29 @@ struct push_request {
     return p;
 }
 
+/// Appends the push payload of the rows at positions `pick` of ids/grads (and shows/clicks when given).
+/// The client sends each server its part this way; the write-ahead log stores each shard's part so.
+inline void encode_push(frame_bytes& out, std::span<const std::uint32_t> pick, std::span<const std::uint64_t> ids, std::span<const float> grads,
+                        std::span<const std::uint32_t> shows, std::span<const std::uint32_t> clicks, std::uint32_t dim) {
+    const auto n = static_cast<std::uint32_t>(pick.size());
+    const bool counts = !shows.empty();
+    const std::size_t start = out.size();
+    out.resize(start + sizeof(push_header) + n * (8 + std::size_t{4} * dim + (counts ? 8 : 0)));
+    std::byte* at = out.data() + start;
+    auto put = [&](const void* data, std::size_t bytes) {
+        std::memcpy(at, data, bytes);
+        at += bytes;
+    };
+    const push_header h{n, dim, counts ? push_has_counts : 0u, 0};
+    put(&h, sizeof h);
+    for (std::uint32_t p : pick) put(&ids[p], 8);
+    for (std::uint32_t p : pick) put(grads.data() + std::size_t{p} * dim, dim * sizeof(float));
+    if (counts) {
+        for (std::uint32_t p : pick) put(&shows[p], 4);
+        for (std::uint32_t p : pick) put(&clicks[p], 4);
+    }
+}
+
 [[nodiscard]] inline std::span<const std::uint64_t> decode_pull(std::span<const std::byte> payload) {
     if (payload.size() % 8 != 0) throw decode_error{status::malformed, "pull payload of " + std::to_string(payload.size()) + " bytes is not a whole number of ids"};
     byte_reader r(payload);

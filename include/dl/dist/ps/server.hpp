@@ -130,9 +130,31 @@ private:
                     asio::post(self->socket_.get_executor(), [self, ex, o = std::move(o)]() mutable { self->finish(ex, std::move(o)); });
                 });
             }
-            case op::checkpoint:
-            case op::export_table:
-                return finish(ex, {status::unknown_op, "dl::ps: this server has no data dir (checkpoint and export need one)"});
+            case op::checkpoint: {
+                byte_reader r(ex->request);
+                const auto kind = r.get<std::uint32_t>();
+                r.expect_end();
+                if (kind > 1) throw decode_error{status::malformed, "checkpoint kind must be 0 (full) or 1 (incremental)"};
+                return service_.checkpoint(kind == 0, [self, ex](outcome o, std::uint64_t seq) {
+                    if (o.ok()) {
+                        ex->reply.resize(header_bytes + 8);
+                        std::memcpy(ex->reply.data() + header_bytes, &seq, 8);
+                    }
+                    asio::post(self->socket_.get_executor(), [self, ex, o = std::move(o)]() mutable { self->finish(ex, std::move(o)); });
+                });
+            }
+            case op::export_table: {
+                // A plain file name: the file goes to <data dir>/exports, nowhere else.
+                const std::string name(reinterpret_cast<const char*>(ex->request.data()), ex->request.size());
+                if (name.empty() || name.size() > 255 || name.find_first_of("/\\") != std::string::npos || name == "." || name == ".." ||
+                    name.find('\0') != std::string::npos)
+                    throw decode_error{status::malformed, "export needs a plain file name"};
+                if (service_.data_dir().empty()) return finish(ex, {status::failed, "dl::ps: this server has no data dir to export into"});
+                const fs::path dir = service_.data_dir() / "exports";
+                std::error_code ec;
+                fs::create_directories(dir, ec);
+                return service_.export_table(h.table, dir / name, done);
+            }
             }
             finish(ex, {status::unknown_op, "dl::ps: unknown op"});
         } catch (const decode_error& e) {

@@ -4,10 +4,17 @@
 // and each part is posted to its thread, so the rows are never touched by two threads and nothing on
 // the hot path takes a lock. The TCP server (server.hpp) and the in-process client (client.hpp) both
 // drive this class.
+//
+// With a data dir the service is durable (durability.hpp): table changes and pushes are written
+// ahead and synced before they are acknowledged — pushes in groups, at most every group_commit —
+// checkpoints are taken while serving, and a service started on the dir restores everything that
+// was acknowledged.
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "durability.hpp"
 #include "protocol.hpp"
 #include "table.hpp"
 
@@ -27,6 +35,14 @@ namespace asio = boost::asio;
 
 struct service_options {
     unsigned threads = 2;  ///< shard threads; each owns 1/threads of every table's ids
+    /// Where tables, checkpoints and the write-ahead log live; empty: nothing is kept on disk. A
+    /// dir must be reopened with the same thread count.
+    std::filesystem::path data_dir{};
+    /// With a data dir: log every push before acknowledging it (off: only checkpoints persist).
+    bool write_ahead_log = true;
+    /// A push is acknowledged after the sync that holds it; the log syncs at most this often, so
+    /// concurrent pushes share one sync (0: a sync per push).
+    std::chrono::milliseconds group_commit{2};
 };
 
 /// How a request ended: status::ok, or an error status with a message naming the table and the value.
@@ -49,7 +65,11 @@ class service {
 public:
     using completion = std::function<void(outcome)>;
 
-    explicit service(service_options options = {}) : shards_(std::max(1u, options.threads)) {
+    /// Starts the shard threads; with a data dir, first restores what it holds (throws dl::error
+    /// naming the file when something there is damaged).
+    explicit service(service_options options = {}) : options_(std::move(options)), shards_(std::max(1u, options_.threads)) {
+        for (unsigned i = 0; i < shards_.size(); ++i) shards_[i].index = i;
+        if (!options_.data_dir.empty()) recover();
         for (auto& s : shards_) s.thread = std::thread([&s] { s.io.run(); });
     }
     /// Stops the shard threads. Requests still queued are dropped: their completions never run (an
@@ -68,6 +88,7 @@ public:
     service& operator=(const service&) = delete;
 
     [[nodiscard]] unsigned shard_count() const noexcept { return static_cast<unsigned>(shards_.size()); }
+    [[nodiscard]] const std::filesystem::path& data_dir() const noexcept { return options_.data_dir; }
     /// The io_context of shard thread i (the TCP server runs its connections on them too).
     [[nodiscard]] asio::io_context& context(unsigned i) noexcept { return shards_[i].io; }
 
@@ -99,6 +120,7 @@ public:
                 std::lock_guard lock(registry_writer_);
                 auto node = creating_.extract(entry->config.id);
                 waiters = std::move(node.mapped().second);
+                if (o.ok()) o = log_table_change([&](frame_bytes& out) { detail::put_config(out, entry->config); });
                 if (o.ok()) publish([&](registry& r) { r[entry->config.id] = entry; });
             }
             for (auto& w : waiters) w(o);
@@ -122,6 +144,11 @@ public:
                         if (o.ok()) {
                             auto grown = std::make_shared<table_entry>(next);
                             std::lock_guard lock(registry_writer_);
+                            o = log_table_change([&](frame_bytes& out) {
+                                detail::put(out, detail::record_kind::grow);
+                                detail::put(out, next.id);
+                                detail::put(out, next.dim);
+                            });
                             grown->step.store(entry->step.load());
                             grown->evicted.store(entry->evicted.load());
                             publish([&](registry& r) { r[next.id] = grown; });
@@ -149,10 +176,11 @@ public:
         auto job = std::make_shared<split_job>(ids, shard_count(), std::move(done));
         job->for_each_part([&](unsigned s, std::span<const std::uint32_t> positions) {
             asio::post(shards_[s].io, [this, job, s, positions, table_id, ids, out, dim] {
-                job->run_part([&] {
+                job->run([&] {
                     const table& t = *shards_[s].tables.at(table_id);
                     for (std::uint32_t p : positions) t.pull(ids[p], out.data() + std::size_t{p} * dim, dim);
                 });
+                job->arrive();
             });
         });
     }
@@ -177,8 +205,12 @@ public:
         auto job = std::make_shared<split_job>(request.ids, shard_count(), std::move(done));
         job->for_each_part([&](unsigned s, std::span<const std::uint32_t> positions) {
             asio::post(shards_[s].io, [this, job, s, positions, table_id, request, dim, step, entry] {
-                job->run_part([&] {
-                    shard& sh = shards_[s];
+                shard& sh = shards_[s];
+                if (!sh.log_failure.empty()) {
+                    job->fail({status::failed, sh.log_failure});
+                    return job->arrive();
+                }
+                const bool applied = job->run([&] {
                     table& t = *sh.tables.at(table_id);
                     const bool counts = !request.shows.empty();
                     for (std::uint32_t p : positions)
@@ -186,8 +218,55 @@ public:
                                counts ? request.clicks[p] : 0, step);
                     if (const auto n = maybe_evict(sh, t, entry->config, step)) entry->evicted.fetch_add(n, std::memory_order_relaxed);
                 });
+                if (!applied || !sh.log.is_open()) return job->arrive();
+                // Acknowledged only once the log holding it is synced (commit).
+                sh.log.append([&](frame_bytes& out) {
+                    detail::put(out, detail::record_kind::push);
+                    detail::put(out, table_id);
+                    detail::put(out, step);
+                    encode_push(out, positions, request.ids, request.grads, request.shows, request.clicks, dim);
+                });
+                sh.waiting_for_sync.push_back(job);
+                schedule_commit(sh);
             });
         });
+    }
+
+    /// Takes checkpoint n (returned) of every shard: all rows (full) or the rows changed and removed
+    /// since the previous one. Each shard's file is consistent (written between two of its requests);
+    /// shards keep serving while the others write. Needs a data dir.
+    void checkpoint(bool full, std::function<void(outcome, std::uint64_t)> done) {
+        if (options_.data_dir.empty()) return done({status::failed, "dl::ps: checkpoints need a service with a data dir"}, 0);
+        const std::uint64_t seq = ++checkpoint_seq_;
+        fan_out_all([this, full, seq](shard& sh) { write_checkpoint(sh, full, seq); },
+                    [seq, done = std::move(done)](outcome o) { done(std::move(o), seq); });
+    }
+
+    /// Writes a table's rows and metadata, without optimizer state, to `path` for exported_table.
+    void export_table(std::uint32_t table_id, const std::filesystem::path& path, completion done) {
+        auto entry = find(table_id);
+        if (!entry) return done(unknown_table(table_id));
+        struct export_job {
+            detail::log_file out;
+            fs::path path, temp;
+            completion done;
+        };
+        auto job = std::make_shared<export_job>();
+        job->path = path;
+        job->temp = fs::path(path.string() + ".tmp");
+        job->done = std::move(done);
+        try {
+            job->out = detail::log_file(job->temp);
+            fs::resize_file(job->temp, 0);
+            job->out.append([&](frame_bytes& out) {
+                detail::put(out, detail::record_kind::export_head);
+                detail::put(out, table_id);
+                detail::put(out, entry->config.dim);
+            });
+        } catch (const std::exception& e) {
+            return job->done({status::failed, e.what()});
+        }
+        export_from(0, table_id, std::move(job));
     }
 
     /// Sums the shards' figures for a table.
@@ -224,12 +303,22 @@ private:
         using asio::io_context::io_context;
         using asio::execution_context::shutdown;
     };
+    class split_job;
     struct shard {
         shard_context io{1};
         asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
         std::thread thread;
         std::unordered_map<std::uint32_t, std::unique_ptr<table>> tables;  // touched only by `thread`
         std::unordered_map<std::uint32_t, std::uint32_t> last_sweep;        // table -> step of its last TTL sweep
+        unsigned index = 0;
+        // durability (a data dir): the write-ahead log, the pushes waiting for its next sync, the
+        // ids removed since the last checkpoint
+        detail::log_file log;
+        std::vector<std::shared_ptr<split_job>> waiting_for_sync;
+        asio::steady_timer commit_timer{io};
+        bool commit_armed = false;
+        std::string log_failure;
+        std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> removed;
     };
 
     /// One request split by owning shard: positions of the ids grouped by shard (a counting sort),
@@ -254,14 +343,23 @@ private:
             for (unsigned s = 0; s + 1 < begin_.size(); ++s)
                 if (begin_[s + 1] > begin_[s]) post(s, std::span<const std::uint32_t>(positions_).subspan(begin_[s], begin_[s + 1] - begin_[s]));
         }
+        /// Runs one part's work; an exception fails the request. Returns whether it succeeded.
         template <class Work>
-        void run_part(Work&& work) noexcept {
+        bool run(Work&& work) noexcept {
             try {
                 work();
+                return true;
             } catch (const std::exception& e) {
-                std::lock_guard lock(error_guard_);
-                if (error_.ok()) error_ = {status::failed, e.what()};
+                fail({status::failed, e.what()});
+                return false;
             }
+        }
+        void fail(outcome o) {
+            std::lock_guard lock(error_guard_);
+            if (error_.ok()) error_ = std::move(o);
+        }
+        /// One part is finished; the last one completes the request.
+        void arrive() noexcept {
             if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) finish();
         }
 
@@ -280,6 +378,239 @@ private:
         outcome error_;
         completion done_;
     };
+
+    /// Appends shard i's rows to an export, then hands the file to shard i + 1; the last one seals it.
+    template <class Job>
+    void export_from(unsigned i, std::uint32_t table_id, std::shared_ptr<Job> job) {
+        asio::post(shards_[i].io, [this, i, table_id, job]() mutable {
+            try {
+                const table& t = *shards_[i].tables.at(table_id);
+                detail::write_rows(job->out, table_id, [&](auto&& f) { t.for_each_row(f); }, false);
+                if (i + 1 < shard_count()) return export_from(i + 1, table_id, std::move(job));
+                job->out.append([](frame_bytes& out) {
+                    detail::put(out, detail::record_kind::end);
+                    detail::put(out, std::uint64_t{0});
+                });
+                job->out.sync();
+                fs::rename(job->temp, job->path);
+                detail::sync_directory(fs::absolute(job->path).parent_path());
+                job->done({});
+            } catch (const std::exception& e) {
+                job->done({status::failed, e.what()});
+            }
+        });
+    }
+
+    // --- durability ---
+
+    [[nodiscard]] fs::path shard_dir(unsigned i) const { return options_.data_dir / ("shard-" + std::to_string(i)); }
+
+    /// Appends a table change to tables.log and syncs it; the caller holds registry_writer_.
+    template <class Fill>
+    outcome log_table_change(Fill&& fill) {
+        if (!tables_log_.is_open()) return {};
+        try {
+            tables_log_.append(fill);
+            tables_log_.sync();
+            return {};
+        } catch (const std::exception& e) {
+            return {status::failed, e.what()};
+        }
+    }
+
+    void schedule_commit(shard& sh) {
+        if (options_.group_commit.count() == 0) return commit(sh);
+        if (sh.commit_armed) return;
+        sh.commit_armed = true;
+        sh.commit_timer.expires_after(options_.group_commit);
+        sh.commit_timer.async_wait([this, &sh](boost::system::error_code) {
+            sh.commit_armed = false;
+            commit(sh);
+        });
+    }
+    /// Syncs the shard's log and acknowledges the pushes it holds. A failed sync fails them, and every
+    /// later push: what is in memory is no longer what the disk holds (restart the server).
+    void commit(shard& sh) {
+        auto waiting = std::move(sh.waiting_for_sync);
+        sh.waiting_for_sync.clear();
+        if (sh.log.pending()) {
+            try {
+                sh.log.sync();
+            } catch (const std::exception& e) {
+                sh.log_failure = dl::detail::concat(e.what(), "; the server no longer accepts pushes (restart it from its data dir)");
+            }
+        }
+        for (auto& job : waiting) {
+            if (!sh.log_failure.empty()) job->fail({status::failed, sh.log_failure});
+            job->arrive();
+        }
+    }
+
+    /// On shard sh's thread: writes checkpoint seq of its tables, then starts log segment seq.
+    void write_checkpoint(shard& sh, bool full, std::uint64_t seq) {
+        commit(sh);
+        const fs::path dir = shard_dir(sh.index);
+        const fs::path file = dir / ((full ? "full-" : "incr-") + std::to_string(seq) + ".ckpt");
+        const fs::path temp = fs::path(file.string() + ".tmp");
+        {
+            detail::log_file out(temp);
+            fs::resize_file(temp, 0);
+            const auto snapshot = registry_.load();
+            for (auto& [id, t] : sh.tables) {
+                const auto it = snapshot->find(id);
+                const std::uint64_t step = it == snapshot->end() ? 0 : it->second->step.load();
+                out.append([&, id = id](frame_bytes& b) {
+                    detail::put(b, detail::record_kind::step);
+                    detail::put(b, id);
+                    detail::put(b, step);
+                });
+                auto& removed = sh.removed[id];
+                if (!full && !removed.empty())
+                    out.append([&, id = id](frame_bytes& b) {
+                        detail::put(b, detail::record_kind::removed);
+                        detail::put(b, id);
+                        detail::put(b, static_cast<std::uint32_t>(removed.size()));
+                        byte_writer(b).put_span(std::span<const std::uint64_t>(removed));
+                    });
+                removed.clear();
+                detail::write_rows(out, id, [&](auto&& f) { t->checkpoint_rows(full, f); }, true);
+            }
+            out.append([&](frame_bytes& b) {
+                detail::put(b, detail::record_kind::end);
+                detail::put(b, seq);
+            });
+            out.sync();
+        }
+        fs::rename(temp, file);
+        if (options_.write_ahead_log) sh.log = detail::log_file(dir / ("wal-" + std::to_string(seq) + ".log"));
+        detail::sync_directory(dir);
+        // What the new checkpoint covers is no longer needed.
+        for (const auto& [n, path] : detail::numbered_files(dir, "wal-", ".log"))
+            if (n < seq) fs::remove(path);
+        if (full)
+            for (const char* prefix : {"full-", "incr-"})
+                for (const auto& [n, path] : detail::numbered_files(dir, prefix, ".ckpt"))
+                    if (n < seq) fs::remove(path);
+    }
+
+    /// Rebuilds the service from its data dir; runs before the shard threads start.
+    void recover() {
+        const fs::path& root = options_.data_dir;
+        fs::create_directories(root);
+        const fs::path meta = root / "meta";
+        const auto shards = static_cast<std::uint32_t>(shards_.size());
+        if (fs::exists(meta)) {
+            std::uint32_t written = 0;
+            data::record_reader reader(meta);
+            if (auto r = reader.next(); r && r->size() == 8) std::memcpy(&written, r->data() + 4, 4);
+            if (written != shards)
+                dl::detail::fail("dl::ps: ", root.string(), " was written by a service with ", written, " threads; start this one with ", written);
+        } else {
+            detail::log_file out(meta);
+            out.append([&](frame_bytes& b) {
+                detail::put(b, detail::record_kind::meta);
+                detail::put(b, shards);
+            });
+            out.sync();
+            detail::sync_directory(root);
+        }
+        // Tables first: every later record refers to them.
+        const fs::path tables = root / "tables.log";
+        std::map<std::uint32_t, std::shared_ptr<table_entry>> entries;
+        if (fs::exists(tables))
+            detail::replay_log(tables, [&](std::span<const std::byte> record) {
+                byte_reader r(record);
+                const auto kind = detail::kind_of(r, tables);
+                if (kind == detail::record_kind::table) {
+                    const auto id = r.get<std::uint32_t>();
+                    const table_config c = decode_table_config(r, id);
+                    entries[id] = std::make_shared<table_entry>(c);
+                    for (auto& sh : shards_) sh.tables.emplace(id, std::make_unique<table>(c));
+                } else if (kind == detail::record_kind::grow) {
+                    const auto id = r.get<std::uint32_t>(), dim = r.get<std::uint32_t>();
+                    auto& e = entries.at(id);
+                    table_config c = e->config;
+                    c.dim = dim;
+                    e = std::make_shared<table_entry>(c);
+                    for (auto& sh : shards_) sh.tables.at(id)->grow_dim(dim);
+                }
+            });
+        tables_log_ = detail::log_file(tables);
+        std::map<std::uint32_t, std::uint64_t> steps;
+        auto note_step = [&](std::uint32_t id, std::uint64_t step) { steps[id] = std::max(steps[id], step); };
+        std::uint64_t last_seq = 0;
+        for (auto& sh : shards_) {
+            const fs::path dir = shard_dir(sh.index);
+            fs::create_directories(dir);
+            auto table_of = [&](std::uint32_t id, const fs::path& file) -> table& {
+                const auto it = sh.tables.find(id);
+                if (it == sh.tables.end()) dl::detail::fail("dl::ps: ", file.string(), " refers to table ", id, ", which tables.log does not create");
+                return *it->second;
+            };
+            // The last full checkpoint, then the incremental ones after it.
+            const auto fulls = detail::numbered_files(dir, "full-", ".ckpt");
+            std::uint64_t covered = fulls.empty() ? 0 : fulls.rbegin()->first;
+            std::vector<fs::path> checkpoints;
+            if (!fulls.empty()) checkpoints.push_back(fulls.rbegin()->second);
+            for (const auto& [n, path] : detail::numbered_files(dir, "incr-", ".ckpt"))
+                if (n > covered) {
+                    checkpoints.push_back(path);
+                    covered = n;
+                }
+            for (const fs::path& file : checkpoints) {
+                bool complete = false;
+                data::record_reader reader(file);
+                while (auto record = reader.next()) {
+                    byte_reader r(*record);
+                    switch (detail::kind_of(r, file)) {
+                    case detail::record_kind::step: {
+                        const auto id = r.get<std::uint32_t>();
+                        note_step(id, r.get<std::uint64_t>());
+                        break;
+                    }
+                    case detail::record_kind::rows: {
+                        const auto id = r.get<std::uint32_t>();
+                        detail::restore_rows(r, table_of(id, file), file);
+                        break;
+                    }
+                    case detail::record_kind::removed: {
+                        const auto id = r.get<std::uint32_t>();
+                        table& t = table_of(id, file);
+                        for (std::uint64_t gone : r.view<std::uint64_t>(r.get<std::uint32_t>())) t.erase(gone);
+                        break;
+                    }
+                    case detail::record_kind::end: complete = true; break;
+                    default: dl::detail::fail("dl::ps: ", file.string(), ": unexpected record in a checkpoint");
+                    }
+                }
+                if (!complete) dl::detail::fail("dl::ps: ", file.string(), " is an incomplete checkpoint");
+            }
+            last_seq = std::max(last_seq, covered);
+            // Then the log from that checkpoint on.
+            fs::path latest = dir / ("wal-" + std::to_string(covered) + ".log");
+            for (const auto& [n, path] : detail::numbered_files(dir, "wal-", ".log")) {
+                if (n < covered) continue;
+                detail::replay_log(path, [&](std::span<const std::byte> record) {
+                    byte_reader r(record);
+                    if (detail::kind_of(r, path) != detail::record_kind::push) dl::detail::fail("dl::ps: ", path.string(), ": not a push record");
+                    const auto id = r.get<std::uint32_t>();
+                    const auto step = r.get<std::uint32_t>();
+                    const push_request p = decode_push(record.subspan(12));
+                    table& t = table_of(id, path);
+                    for (std::size_t k = 0; k < p.ids.size(); ++k)
+                        t.push(p.ids[k], p.grads.data() + k * p.dim, p.dim, p.shows.empty() ? 0 : p.shows[k], p.clicks.empty() ? 0 : p.clicks[k], step);
+                    note_step(id, std::uint64_t{step} + 1);
+                });
+                latest = path;
+            }
+            if (options_.write_ahead_log) sh.log = detail::log_file(latest);
+        }
+        checkpoint_seq_ = last_seq;
+        for (auto& [id, e] : entries) e->step.store(steps[id]);
+        publish([&](registry& r) {
+            for (auto& [id, e] : entries) r[id] = e;
+        });
+    }
 
     /// Runs f on every shard thread, then done.
     template <class F>
@@ -311,7 +642,11 @@ private:
                 last = step;
             }
         }
-        return sweep ? t.evict(step, budget, [](std::uint64_t) {}) : 0;
+        if (!sweep) return 0;
+        auto& removed = sh.removed[c.id];
+        return t.evict(step, budget, [&](std::uint64_t id) {
+            if (!options_.data_dir.empty()) removed.push_back(id);
+        });
     }
 
     [[nodiscard]] std::shared_ptr<table_entry> find(std::uint32_t id) const {
@@ -341,7 +676,10 @@ private:
         return x == y;
     }
 
+    service_options options_;
     std::vector<shard> shards_;
+    detail::log_file tables_log_;  // under registry_writer_
+    std::atomic<std::uint64_t> checkpoint_seq_{0};
     std::mutex registry_writer_;  // serialises changes of the registry; readers never take it
     std::map<std::uint32_t, std::pair<table_config, std::vector<completion>>> creating_;  // under registry_writer_
     std::atomic<std::shared_ptr<const registry>> registry_{std::make_shared<const registry>()};

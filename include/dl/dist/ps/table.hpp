@@ -96,8 +96,9 @@ inline void validate(const table_config& c) {
 /// What a row carries besides its values: the metadata of admission, eviction and caching.
 struct row_meta {
     std::uint64_t id;
-    std::uint32_t frequency;  ///< pushes that included the id (saturating)
-    std::uint32_t last_step;  ///< the table step of the last update (modulo 2^32)
+    std::uint32_t frequency : 31;  ///< pushes that included the id (saturating)
+    std::uint32_t dirty : 1;       ///< changed since the last checkpoint
+    std::uint32_t last_step;       ///< the table step of the last update (modulo 2^32)
     std::uint32_t shows, clicks;
 };
 static_assert(sizeof(row_meta) == 24);
@@ -283,7 +284,8 @@ public:
         }
         std::byte* r = row(handle);
         row_meta& meta = *reinterpret_cast<row_meta*>(r);
-        if (meta.frequency != std::numeric_limits<std::uint32_t>::max()) ++meta.frequency;
+        if (meta.frequency != max_frequency) ++meta.frequency;
+        meta.dirty = 1;
         meta.last_step = step;
         meta.shows += shows;
         meta.clicks += clicks;
@@ -304,7 +306,7 @@ public:
         if (budget != 0 && live_bytes() > budget) {
             std::vector<std::pair<std::uint32_t, std::uint32_t>> by_frequency;  // (frequency, handle)
             by_frequency.reserve(size_);
-            for_each_handle([&](std::uint32_t h) { by_frequency.emplace_back(meta(h).frequency, h); });
+            for_each_handle([&](std::uint32_t h) { by_frequency.emplace_back(std::uint32_t{meta(h).frequency}, h); });
             // Keep what fits in 90 % of the budget once the map's own bytes are paid.
             const std::uint64_t target = budget / 10 * 9, map = slots_.size() * sizeof(std::uint32_t);
             const std::size_t per_row = std::max<std::size_t>(1, (live_bytes() - map) / std::max<std::size_t>(1, size_));
@@ -345,6 +347,19 @@ public:
             f(row_view{*reinterpret_cast<const row_meta*>(r), {weights(r), d}, {state(r, d), state_floats(config_.optimizer.kind, d)}});
         });
     }
+    /// Calls f(row_view) for every row changed since the last call (all rows when `all`), and marks
+    /// them unchanged: what a full or an incremental checkpoint writes.
+    template <class F>
+    void checkpoint_rows(bool all, F&& f) {
+        for_each_handle([&](std::uint32_t h) {
+            row_meta& m = meta(h);
+            if (!all && !m.dirty) return;
+            const std::uint32_t d = class_of(h).dim;
+            std::byte* r = row(h);
+            f(row_view{m, {weights(r), d}, {state(r, d), state_floats(config_.optimizer.kind, d)}});
+            m.dirty = 0;
+        });
+    }
     /// Stores a row as read back from a checkpoint (replacing any row of that id). weights.size() is
     /// the row's dim, at most dim(); state must have state_floats(kind, weights.size()) floats.
     void restore_row(const row_meta& m, std::span<const float> w, std::span<const float> s) {
@@ -373,6 +388,7 @@ private:
         detail::row_pool pool;
     };
     static constexpr std::uint32_t no_row = std::numeric_limits<std::uint32_t>::max();
+    static constexpr std::uint32_t max_frequency = (1u << 31) - 1;
     static constexpr std::size_t max_classes = 15;  // handle = class << 28 | index; class 15 + index 2^28-1 is no_row
     static constexpr std::size_t min_capacity = 16;
 
@@ -431,7 +447,7 @@ private:
     std::uint32_t insert(std::uint64_t id) {
         const std::uint32_t h = insert_in_class(id, current_);
         std::byte* r = row(h);
-        meta(h) = row_meta{id, 0, 0, 0, 0};
+        meta(h) = row_meta{id, 0, 0, 0, 0, 0};
         float* w = weights(r);
         for (std::uint32_t j = 0; j < config_.dim; ++j) w[j] = detail::initial_value(config_.init, config_.seed, id, j);
         init_state(state(r, config_.dim), config_.dim);
