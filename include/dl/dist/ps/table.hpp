@@ -206,7 +206,7 @@ private:
 class admission_sketch {
 public:
     static constexpr unsigned depth = 4;
-    explicit admission_sketch(std::size_t width = std::size_t{1} << 18) : width_(width), counts_(depth * width) {}
+    explicit admission_sketch(std::size_t width = std::size_t{1} << 20) : width_(width), counts_(depth * width) {}
 
     /// Counts one more push of id; returns the (over-)estimate of its pushes so far.
     std::uint32_t add(std::uint64_t id) noexcept {
