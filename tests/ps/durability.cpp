@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -72,19 +73,34 @@ TEST_CASE("a service restarted from its data dir has every table, row, optimizer
     std::uint64_t step = 0;
     twin.create_table(config(1, 8)).get();
     twin.create_table(config(2, 3, optimizer_kind::adam)).get();
+    table_config idle = config(3, 2, optimizer_kind::sgd);
+    idle.ttl_steps = 2;  // rows evicted between checkpoints are recorded as removed
+    twin.create_table(idle).get();
+    std::vector<std::uint64_t> early(10), late(10);
+    std::iota(early.begin(), early.end(), 1);
+    std::iota(late.begin(), late.end(), 100);
+    const std::vector<float> ones(20, 1.0f);
     {
         service svc(durable(dir.path));
         client c(svc);
         c.create_table(config(1, 8)).get();
         c.create_table(config(2, 3, optimizer_kind::adam)).get();
+        c.create_table(idle).get();
         push_random(c, 1, 8, rng, 10);
         push_random(twin, 1, 8, twin_rng, 10);
+        c.push(3, early, ones).get();
+        twin.push(3, early, ones).get();
         c.checkpoint(true).get();  // checkpoint 1
         push_random(c, 1, 8, rng, 10);
         push_random(twin, 1, 8, twin_rng, 10);
         push_random(c, 2, 3, rng, 5);
         push_random(twin, 2, 3, twin_rng, 5);
-        c.checkpoint(false).get();  // checkpoint 2: the rows changed since 1
+        for (int i = 0; i < 8; ++i) {  // the early rows go idle and are evicted
+            c.push(3, late, ones).get();
+            twin.push(3, late, ones).get();
+        }
+        CHECK(c.stats(3).get().evicted == 10);
+        c.checkpoint(false).get();  // checkpoint 2: the rows changed and removed since 1
         push_random(c, 1, 8, rng, 10);  // only in the log
         push_random(twin, 1, 8, twin_rng, 10);
         c.grow_dim(2, 5).get();
@@ -101,6 +117,8 @@ TEST_CASE("a service restarted from its data dir has every table, row, optimizer
         client c(svc);
         CHECK(pull_all(c, 1, 8, 1000) == pull_all(twin, 1, 8, 1000));
         CHECK(pull_all(c, 2, 5, 1000) == pull_all(twin, 2, 5, 1000));
+        CHECK(pull_all(c, 3, 2, 200) == pull_all(twin, 3, 2, 200));  // the evicted rows stayed evicted
+        CHECK(c.stats(3).get().rows == 10);
         CHECK(c.stats(1).get().step == step);
         CHECK(c.stats(2).get().dim == 5);
         push_random(c, 1, 8, rng, 3);

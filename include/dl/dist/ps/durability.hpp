@@ -149,15 +149,16 @@ inline std::map<std::uint64_t, fs::path> numbered_files(const fs::path& dir, std
     return found;
 }
 
-// --- record payloads (all little-endian) ---
+// --- record payloads (all little-endian; arrays of 8-byte values start at a multiple of 8, as records
+// are read into 16-byte-aligned buffers) ---
 
 enum class record_kind : std::uint32_t {
     meta = 1,        ///< u32 shards
     table = 2,       ///< table config (id first): tables.log, and a checkpoint's table section
     grow = 3,        ///< u32 table, u32 dim: tables.log
     rows = 4,        ///< u32 table, u32 count, then per row: row_meta, u32 dim, weights, state
-    removed = 5,     ///< u32 table, u32 count, ids: rows evicted since the previous checkpoint
-    push = 6,        ///< u32 table, u32 step, then a push payload (protocol.hpp): the write-ahead log
+    removed = 5,     ///< u32 table, u32 count, u32 0, ids: rows evicted since the previous checkpoint
+    push = 6,        ///< u32 table, u32 step, u32 0, then a push payload (protocol.hpp): the write-ahead log
     step = 7,        ///< u32 table, u64 step: the table's step counter at a checkpoint
     end = 8,         ///< u64 sequence: the last record of a complete checkpoint
     export_head = 9, ///< u32 table, u32 dim: the first record of an exported table

@@ -224,6 +224,7 @@ public:
                     detail::put(out, detail::record_kind::push);
                     detail::put(out, table_id);
                     detail::put(out, step);
+                    detail::put(out, std::uint32_t{0});  // pads the push payload to 16 bytes: its ids stay 8-aligned
                     encode_push(out, positions, request.ids, request.grads, request.shows, request.clicks, dim);
                 });
                 sh.waiting_for_sync.push_back(job);
@@ -470,6 +471,7 @@ private:
                         detail::put(b, detail::record_kind::removed);
                         detail::put(b, id);
                         detail::put(b, static_cast<std::uint32_t>(removed.size()));
+                        detail::put(b, std::uint32_t{0});  // pads to 16 bytes: the ids stay 8-aligned
                         byte_writer(b).put_span(std::span<const std::uint64_t>(removed));
                     });
                 removed.clear();
@@ -576,7 +578,9 @@ private:
                     case detail::record_kind::removed: {
                         const auto id = r.get<std::uint32_t>();
                         table& t = table_of(id, file);
-                        for (std::uint64_t gone : r.view<std::uint64_t>(r.get<std::uint32_t>())) t.erase(gone);
+                        const auto count = r.get<std::uint32_t>();
+                        (void)r.get<std::uint32_t>();
+                        for (std::uint64_t gone : r.view<std::uint64_t>(count)) t.erase(gone);
                         break;
                     }
                     case detail::record_kind::end: complete = true; break;
@@ -595,7 +599,7 @@ private:
                     if (detail::kind_of(r, path) != detail::record_kind::push) dl::detail::fail("dl::ps: ", path.string(), ": not a push record");
                     const auto id = r.get<std::uint32_t>();
                     const auto step = r.get<std::uint32_t>();
-                    const push_request p = decode_push(record.subspan(12));
+                    const push_request p = decode_push(record.subspan(16));
                     table& t = table_of(id, path);
                     for (std::size_t k = 0; k < p.ids.size(); ++k)
                         t.push(p.ids[k], p.grads.data() + k * p.dim, p.dim, p.shows.empty() ? 0 : p.shows[k], p.clicks.empty() ? 0 : p.clicks[k], step);
