@@ -116,12 +116,15 @@ public:
     [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
 
     /// On the io thread: sends a frame (its header's request id set here) and calls reply exactly once.
-    void send(frame_bytes frame, std::string what, on_reply reply) {
+    /// A reply payload of 8 + direct.size() bytes is read straight into `direct` after its first 8
+    /// bytes (a pull's rows into the caller's buffer); `reply` then sees those 8 bytes only.
+    void send(frame_bytes frame, std::string what, on_reply reply, std::span<std::byte> direct = {}) {
         const std::uint64_t id = ++last_id_;
         std::memcpy(frame.data() + 8, &id, 8);
         auto& p = pending_[id];
         p.reply = std::move(reply);
         p.what = std::move(what);
+        p.direct = direct;
         p.timer = std::make_unique<asio::steady_timer>(io_, options_.timeout);
         p.timer->async_wait([self = shared_from_this(), id](boost::system::error_code ec) {
             if (!ec) self->fail_one(id, "did not answer within " + std::to_string(self->options_.timeout.count()) + " ms");
@@ -136,6 +139,8 @@ private:
     struct pending_reply {
         on_reply reply;
         std::string what;
+        std::span<std::byte> direct;
+        bool receiving = false;  // its payload is being read into `direct`
         std::unique_ptr<asio::steady_timer> timer;
     };
 
@@ -178,13 +183,20 @@ private:
             // A reply with an op we did not send is as untrustworthy as a bad magic.
             if (p.verdict != header_verdict::ok) return self->drop("sent a malformed reply (" + p.reason + ")");
             self->reply_header_ = p.header;
-            self->payload_.resize(p.header.payload_bytes);
-            asio::async_read(self->socket_, asio::buffer(self->payload_), [self, gen](boost::system::error_code ec, std::size_t) {
+            const auto it = self->pending_.find(p.header.request_id);
+            const bool direct = it != self->pending_.end() && p.header.status == 0 && !it->second.direct.empty() &&
+                                p.header.payload_bytes == 8 + it->second.direct.size();
+            self->payload_.resize(direct ? 8 : p.header.payload_bytes);
+            auto on_payload = [self, gen](boost::system::error_code ec, std::size_t) {
                 if (gen != self->generation_) return;
                 if (ec) return self->drop("connection lost: " + ec.message());
                 self->deliver();
                 self->read_next_header();
-            });
+            };
+            if (!direct) return asio::async_read(self->socket_, asio::buffer(self->payload_), on_payload);
+            it->second.receiving = true;
+            const std::array<asio::mutable_buffer, 2> parts{asio::buffer(self->payload_), asio::buffer(it->second.direct.data(), it->second.direct.size())};
+            asio::async_read(self->socket_, parts, on_payload);
         });
     }
 
@@ -206,6 +218,8 @@ private:
     void fail_one(std::uint64_t id, const std::string& why) {
         const auto it = pending_.find(id);
         if (it == pending_.end()) return;
+        // The caller's buffer is being written: only closing the connection stops that safely.
+        if (it->second.receiving) return drop(why + " (stalled in the middle of a reply)");
         pending_reply p = std::move(it->second);
         pending_.erase(it);
         p.reply({status::unavailable, "dl::ps: server " + endpoint_ + " " + why + " (" + p.what + ")"}, {});
@@ -319,12 +333,16 @@ public:
             auto where = std::make_shared<std::vector<std::uint32_t>>(std::move(part_pos_[s]));
             part_pos_[s].clear();
             const std::uint32_t dim = call->dim;
-            post_send(s, std::move(frame), what(op::pull, table_id, part_ids_[s].size()),
-                      [call, where, rows, dim](outcome o, std::span<const std::byte> payload) {
-                          if (o.ok()) o = scatter_rows(payload, *where, rows, dim);
-                          if (!o.ok()) call->fail(std::move(o));
-                          call->arrive();
-                      });
+            // One server holding every row: its reply is read straight into `rows`.
+            const bool in_order = where->size() * dim == rows.size();
+            post_send(
+                s, std::move(frame), what(op::pull, table_id, part_ids_[s].size()),
+                [call, where, rows, dim, in_order](outcome o, std::span<const std::byte> payload) {
+                    if (o.ok()) o = in_order && payload.size() == 8 ? check_rows_header(payload, where->size(), dim) : scatter_rows(payload, *where, rows, dim);
+                    if (!o.ok()) call->fail(std::move(o));
+                    call->arrive();
+                },
+                in_order ? std::as_writable_bytes(rows) : std::span<std::byte>{});
         }
         return future;
     }
@@ -493,7 +511,8 @@ private:
         return dl::detail::concat(name, " of ", ids, " ids, table ", table_id);
     }
 
-    void post_send(unsigned server, frame_bytes frame, std::string description, detail::server_link::on_reply reply) {
+    void post_send(unsigned server, frame_bytes frame, std::string description, detail::server_link::on_reply reply,
+                   std::span<std::byte> direct = {}) {
         // The payload size goes in last: the frame is complete now.
         const auto payload = static_cast<std::uint32_t>(frame.size() - header_bytes);
         if (frame.size() - header_bytes > options_.max_payload) {
@@ -503,8 +522,8 @@ private:
             return;
         }
         std::memcpy(frame.data() + 24, &payload, 4);
-        asio::post(io_, [link = links_[server], frame = std::move(frame), description = std::move(description), reply = std::move(reply)]() mutable {
-            link->send(std::move(frame), std::move(description), std::move(reply));
+        asio::post(io_, [link = links_[server], frame = std::move(frame), description = std::move(description), reply = std::move(reply), direct]() mutable {
+            link->send(std::move(frame), std::move(description), std::move(reply), direct);
         });
     }
 
@@ -527,17 +546,22 @@ private:
         return n;
     }
 
-    /// Copies a pull reply's rows to their positions; checks its shape first.
-    static outcome scatter_rows(std::span<const std::byte> payload, std::span<const std::uint32_t> where, std::span<float> rows, std::uint32_t dim) {
+    /// Checks the (dim, count) that starts a pull reply.
+    static outcome check_rows_header(std::span<const std::byte> payload, std::size_t count, std::uint32_t dim) {
         std::uint32_t got_dim = 0, got_n = 0;
-        if (payload.size() >= 8) {
-            std::memcpy(&got_dim, payload.data(), 4);
-            std::memcpy(&got_n, payload.data() + 4, 4);
-        }
-        if (payload.size() < 8 || got_n != where.size() || payload.size() != 8 + std::uint64_t{got_n} * got_dim * 4)
-            return {status::malformed, "dl::ps::client: pull reply does not match the request"};
+        if (payload.size() < 8) return {status::malformed, "dl::ps::client: pull reply does not match the request"};
+        std::memcpy(&got_dim, payload.data(), 4);
+        std::memcpy(&got_n, payload.data() + 4, 4);
         if (got_dim != dim)
             return {status::wrong_dim, dl::detail::concat("dl::ps::client: pull into rows of ", dim, " floats from a table of dim ", got_dim)};
+        if (got_n != count) return {status::malformed, "dl::ps::client: pull reply does not match the request"};
+        return {};
+    }
+    /// Copies a pull reply's rows to their positions; checks its shape first.
+    static outcome scatter_rows(std::span<const std::byte> payload, std::span<const std::uint32_t> where, std::span<float> rows, std::uint32_t dim) {
+        if (outcome o = check_rows_header(payload, where.size(), dim); !o.ok()) return o;
+        if (payload.size() != 8 + std::uint64_t{where.size()} * dim * 4)
+            return {status::malformed, "dl::ps::client: pull reply does not match the request"};
         const std::byte* src = payload.data() + 8;
         for (std::size_t k = 0; k < where.size(); ++k) std::memcpy(rows.data() + std::size_t{where[k]} * dim, src + k * dim * 4, dim * 4);
         return {};
