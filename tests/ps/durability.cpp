@@ -136,6 +136,48 @@ TEST_CASE("a service restarted from its data dir has every table, row, optimizer
     CHECK_FALSE(fs::exists(dir.path / "shard-0" / "full-1.ckpt"));
 }
 
+TEST_CASE("the log replays across grow_dim and evictions after the last checkpoint; concurrent checkpoints lose nothing") {
+    temp_dir dir("order");
+    service memory({.threads = 2});
+    client twin(memory);
+    table_config grows = config(1, 4, optimizer_kind::adam);
+    table_config idle = config(2, 2, optimizer_kind::sgd);
+    idle.ttl_steps = 2;
+    std::vector<std::uint64_t> early(10), late(10);
+    std::iota(early.begin(), early.end(), 1);
+    std::iota(late.begin(), late.end(), 100);
+    const std::vector<float> ones(20, 1.0f);
+    std::mt19937_64 rng(5), twin_rng(5);
+    twin.create_table(grows).get();
+    twin.create_table(idle).get();
+    {
+        service svc(durable(dir.path));
+        client c(svc);
+        c.create_table(grows).get();
+        c.create_table(idle).get();
+        // Checkpoints asked from four threads at once, pushes in between.
+        std::vector<std::thread> askers;
+        for (int i = 0; i < 4; ++i)
+            askers.emplace_back([&svc] {
+                client mine(svc);
+                mine.checkpoint(false).get();
+            });
+        for (auto* k : {&c, &twin}) push_random(*k, 1, 4, k == &c ? rng : twin_rng, 10);
+        for (auto& a : askers) a.join();
+        for (auto* k : {&c, &twin}) {
+            k->push(2, early, ones).get();
+            for (int i = 0; i < 8; ++i) k->push(2, late, ones).get();  // evicts the early rows: only the log says so
+            k->grow_dim(1, 8).get();
+            push_random(*k, 1, 8, k == &c ? rng : twin_rng, 10);  // pushes of both dims are in the log
+        }
+    }
+    service svc(durable(dir.path));
+    client c(svc);
+    CHECK(pull_all(c, 1, 8, 1000) == pull_all(twin, 1, 8, 1000));
+    CHECK(pull_all(c, 2, 2, 200) == pull_all(twin, 2, 2, 200));
+    CHECK(c.stats(2).get().rows == 10);
+}
+
 TEST_CASE("the log's torn tail is cut; damaged checkpoints and a wrong thread count are reported") {
     temp_dir dir("damage");
     std::mt19937_64 rng(2);
@@ -161,6 +203,21 @@ TEST_CASE("the log's torn tail is cut; damaged checkpoints and a wrong thread co
         c.checkpoint(true).get();
     }
     CHECK_THROWS_WITH_AS(service(durable(dir.path, 3)), doctest::Contains("start this one with 2"), dl::error);
+    // Damage in the middle of a log, with intact records after it, is not a torn tail: it is reported.
+    {
+        service svc(durable(dir.path));
+        client c(svc);
+        push_random(c, 1, 4, rng, 5);
+    }
+    const fs::path wal = dir.path / "shard-0" / "wal-1.log";
+    REQUIRE(fs::file_size(wal) > 200);
+    {
+        std::fstream f(wal, std::ios::binary | std::ios::in | std::ios::out);
+        f.seekp(40);
+        f.put('\x5a');
+    }
+    CHECK_THROWS_WITH_AS(service(durable(dir.path)), doctest::Contains("damaged before its end"), dl::error);
+    fs::remove(wal);
     // Flip a byte inside the checkpoint's rows: its CRC catches it and the file is named.
     const fs::path ckpt = dir.path / "shard-1" / "full-1.ckpt";
     REQUIRE(fs::exists(ckpt));

@@ -311,3 +311,38 @@ TEST_CASE("table configs are validated with the field named") {
     c.init.scale = std::numeric_limits<float>::quiet_NaN();
     CHECK_THROWS_WITH_AS(table{c}, doctest::Contains("scale"), dl::error);
 }
+
+TEST_CASE("rows larger than a slab's target size, and a failed grow_dim that changes nothing") {
+    table_config c = config(40000);  // 160 KB rows: two to a slab
+    c.init.kind = dl::ps::initializer_kind::zeros;
+    table t(c);
+    std::vector<float> g(40000);
+    for (std::uint64_t id = 1; id <= 5; ++id) {
+        std::fill(g.begin(), g.end(), float(id));
+        t.push(id, g.data(), 40000, 0, 0, 0);
+    }
+    for (std::uint64_t id = 1; id <= 5; ++id) {
+        const auto row = pulled(t, id);
+        CHECK(row.front() == doctest::Approx(-0.1 * double(id)));
+        CHECK(row.back() == doctest::Approx(-0.1 * double(id)));
+    }
+
+    table small(config(1));
+    std::uint32_t dim = 1;
+    for (int i = 0; i < 14; ++i) small.grow_dim(++dim);  // 15 row sizes: the most a table holds
+    CHECK_THROWS_WITH_AS(small.grow_dim(dim + 1), doctest::Contains("row sizes"), dl::error);
+    CHECK(small.dim() == dim);
+    std::vector<float> h(dim, 1.0f);
+    small.push(3, h.data(), dim, 0, 0, 0);
+    CHECK(pulled(small, 3).size() == dim);
+}
+
+TEST_CASE("TTL eviction compares steps as a window: a row updated at a later step is not idle") {
+    table_config c = config(2);
+    c.ttl_steps = 10;
+    table t(c);
+    const float g[2] = {1, 1};
+    t.push(1, g, 2, 0, 0, 101);  // shards may apply step 101 before step 100
+    CHECK(t.evict(100, 0, [](std::uint64_t) {}) == 0);
+    CHECK(t.evict(112, 0, [](std::uint64_t) {}) == 1);
+}

@@ -21,6 +21,8 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -78,12 +80,20 @@ public:
         std::memcpy(buffer_.data() + start + 8, &length_crc, 4);
         buffer_.resize(buffer_.size() + 4);
         std::memcpy(buffer_.data() + buffer_.size() - 4, &payload_crc, 4);
+        if (buffer_.size() >= flush_bytes) write_buffer();  // a checkpoint streams out; durability still needs sync()
     }
     void append_bytes(std::span<const std::byte> payload) {
         append([&](frame_bytes& out) { out.insert(out.end(), payload.begin(), payload.end()); });
     }
     /// Writes what was appended and waits for the disk. Throws dl::error on failure.
     void sync() {
+        write_buffer();
+        if (::fdatasync(fd_) != 0) fail_io("cannot sync", path_);
+    }
+
+private:
+    static constexpr std::size_t flush_bytes = std::size_t{8} << 20;
+    void write_buffer() {
         std::size_t done = 0;
         while (done < buffer_.size()) {
             const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
@@ -92,10 +102,7 @@ public:
             done += static_cast<std::size_t>(n);
         }
         buffer_.clear();
-        if (::fdatasync(fd_) != 0) fail_io("cannot sync", path_);
     }
-
-private:
     void close_fd() noexcept {
         if (fd_ >= 0) ::close(fd_);
         fd_ = -1;
@@ -114,24 +121,50 @@ inline void sync_directory(const fs::path& dir) {
     if (rc != 0) fail_io("cannot sync directory", dir);
 }
 
-/// Reads every intact record of a log; a damaged or truncated tail is cut off the file (it was never
-/// acknowledged: an append is acknowledged only after the sync that wrote all of it).
+/// Reads every record of a log (none when the file does not exist). A torn tail — a last record cut
+/// short or damaged, or zeros where it should be — is cut off the file: it was never acknowledged, as
+/// an append is acknowledged only after the sync that wrote all of it. Damage with intact records
+/// after it, and errors from on_record, are thrown: those are not crashes, and skipping them would
+/// silently drop acknowledged records.
 template <class OnRecord>
 void replay_log(const fs::path& path, OnRecord&& on_record) {
+    if (!fs::exists(path)) return;
     std::int64_t good = 0;
-    bool torn = false;
+    std::string damage;
     {
         data::record_reader reader(path);
-        try {
-            while (auto record = reader.next()) {
-                on_record(*record);
-                good = reader.offset();
+        for (;;) {
+            std::optional<std::span<const std::byte>> record;
+            try {
+                record = reader.next();
+            } catch (const dl::error& e) {
+                damage = e.what();
+                break;
             }
-        } catch (const dl::error&) {
-            torn = true;
+            if (!record) return;
+            on_record(*record);
+            good = reader.offset();
         }
     }
-    if (torn) fs::resize_file(path, static_cast<std::uintmax_t>(good));
+    // Is the damage the tail? Read what follows the last good record.
+    const auto size = static_cast<std::int64_t>(fs::file_size(path));
+    std::vector<char> rest(static_cast<std::size_t>(size - good));
+    {
+        std::ifstream in(path, std::ios::binary);
+        in.seekg(good);
+        in.read(rest.data(), static_cast<std::streamsize>(rest.size()));
+    }
+    bool torn = rest.size() < 16 || std::all_of(rest.begin(), rest.end(), [](char c) { return c == 0; });
+    if (!torn) {
+        // An intact length that reaches the end: the last record, cut or damaged while written.
+        std::uint64_t length = 0;
+        std::uint32_t length_crc = 0;
+        std::memcpy(&length, rest.data(), 8);
+        std::memcpy(&length_crc, rest.data() + 8, 4);
+        torn = data::mask_crc(data::crc32c(&length, 8)) == length_crc && length >= rest.size() - 16;
+    }
+    if (!torn) dl::detail::fail("dl::ps: ", path.string(), " is damaged before its end (", damage, "); refusing to drop the records after it");
+    fs::resize_file(path, static_cast<std::uintmax_t>(good));
 }
 
 /// Files named <prefix><n><suffix> in dir, by n.
@@ -155,11 +188,11 @@ inline std::map<std::uint64_t, fs::path> numbered_files(const fs::path& dir, std
 enum class record_kind : std::uint32_t {
     meta = 1,        ///< u32 shards
     table = 2,       ///< table config (id first): tables.log, and a checkpoint's table section
-    grow = 3,        ///< u32 table, u32 dim: tables.log
+    grow = 3,        ///< u32 table, u32 dim: tables.log, and a shard's log (where its pushes change dim)
     rows = 4,        ///< u32 table, u32 count, then per row: row_meta, u32 dim, weights, state
-    removed = 5,     ///< u32 table, u32 count, u32 0, ids: rows evicted since the previous checkpoint
+    removed = 5,     ///< u32 table, u32 count, u32 0, ids: rows evicted (in a log, and in an incremental checkpoint)
     push = 6,        ///< u32 table, u32 step, u32 0, then a push payload (protocol.hpp): the write-ahead log
-    step = 7,        ///< u32 table, u64 step: the table's step counter at a checkpoint
+    step = 7,        ///< u32 table, u32 dim, u64 step: a table's dim and step counter at a checkpoint
     end = 8,         ///< u64 sequence: the last record of a complete checkpoint
     export_head = 9, ///< u32 table, u32 dim: the first record of an exported table
 };
@@ -174,6 +207,14 @@ inline void put_config(frame_bytes& out, const table_config& c) {
     put(out, c.id);
     byte_writer w(out);
     encode(w, c);
+}
+
+inline void put_removed(frame_bytes& out, std::uint32_t table_id, std::span<const std::uint64_t> ids) {
+    put(out, record_kind::removed);
+    put(out, table_id);
+    put(out, static_cast<std::uint32_t>(ids.size()));
+    put(out, std::uint32_t{0});  // pads to 16 bytes: the ids stay 8-aligned
+    byte_writer(out).put_span(ids);
 }
 
 /// Reads a record's kind, failing with the file named when it is not one of `expected`.

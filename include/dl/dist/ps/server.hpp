@@ -159,6 +159,8 @@ private:
             finish(ex, {status::unknown_op, "dl::ps: unknown op"});
         } catch (const decode_error& e) {
             finish(ex, {e.code, "dl::ps: " + e.reason});
+        } catch (const std::exception& e) {  // bad_alloc of a reply, ...: the request fails, the connection lives
+            finish(ex, {status::failed, dl::detail::concat("dl::ps: ", e.what())});
         }
     }
 
@@ -225,18 +227,19 @@ private:
 
 }  // namespace detail
 
-/// Accepts connections for a service on the shard threads (round robin).
+/// Accepts connections for a service on the shard threads (round robin). Destroy it before the
+/// service; connections already open live on until their peers close or the service stops.
 class server {
 public:
-    server(service& svc, server_options options = {})
-        : service_(svc), options_(std::move(options)), acceptor_(svc.context(0)) {
-        const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(options_.address), options_.port);
-        acceptor_.open(endpoint.protocol());
-        acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true));
-        acceptor_.bind(endpoint);
-        acceptor_.listen();
-        port_ = acceptor_.local_endpoint().port();
-        accept_next();
+    server(service& svc, server_options options = {}) : state_(std::make_shared<accept_state>(svc, std::move(options))) {
+        auto& acceptor = state_->acceptor;
+        const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(state_->options.address), state_->options.port);
+        acceptor.open(endpoint.protocol());
+        acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true));
+        acceptor.bind(endpoint);
+        acceptor.listen();
+        port_ = acceptor.local_endpoint().port();
+        accept_next(state_);
     }
     ~server() { stop(); }
     server(const server&) = delete;
@@ -244,35 +247,46 @@ public:
 
     [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
 
-    /// Stops accepting; open connections end when their peers close or the service stops.
+    /// Stops accepting (on the acceptor's thread; waits for it).
     void stop() {
         std::promise<void> stopped;
-        asio::post(acceptor_.get_executor(), [&] {
+        asio::post(state_->acceptor.get_executor(), [&, state = state_] {
+            state->stopped = true;
             boost::system::error_code ignored;
-            acceptor_.close(ignored);
+            state->acceptor.close(ignored);
             stopped.set_value();
         });
         stopped.get_future().wait();
     }
 
 private:
-    void accept_next() {
-        asio::io_context& target = service_.context(next_++ % service_.shard_count());
-        acceptor_.async_accept(target, [this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
-            if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    /// What the accept handlers use: shared with them, so one completing after the server is gone
+    /// finds it still there (and stopped).
+    struct accept_state {
+        accept_state(service& s, server_options o) : svc(s), options(std::move(o)), acceptor(s.context(0)) {}
+        service& svc;
+        server_options options;
+        asio::ip::tcp::acceptor acceptor;
+        unsigned next = 0;
+        bool stopped = false;  // touched on the acceptor's thread only
+    };
+
+    static void accept_next(std::shared_ptr<accept_state> state) {
+        asio::io_context& target = state->svc.context(state->next++ % state->svc.shard_count());
+        auto& acceptor = state->acceptor;
+        acceptor.async_accept(target, [state = std::move(state)](boost::system::error_code ec, asio::ip::tcp::socket socket) mutable {
+            if (state->stopped || ec == asio::error::operation_aborted) return;
             if (!ec) {
-                socket.set_option(asio::ip::tcp::no_delay(true));
-                std::make_shared<detail::connection>(std::move(socket), service_, options_)->start();
+                boost::system::error_code ignored;
+                socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+                std::make_shared<detail::connection>(std::move(socket), state->svc, state->options)->start();
             }
-            accept_next();
+            accept_next(std::move(state));
         });
     }
 
-    service& service_;
-    server_options options_;
-    asio::ip::tcp::acceptor acceptor_;
+    std::shared_ptr<accept_state> state_;
     std::uint16_t port_ = 0;
-    unsigned next_ = 0;
 };
 
 }  // namespace dl::ps

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -80,8 +81,9 @@ public:
             s.io.stop();
         }
         for (auto& s : shards_) s.thread.join();
-        // Handlers still queued on one shard may own sockets of another (a reply posted across):
-        // destroy every queue while all contexts exist.
+        // Handlers still queued on one shard, and pushes waiting for a sync, may own sockets of
+        // another shard (a reply posted across): destroy them all while every context exists.
+        for (auto& s : shards_) s.waiting_for_sync.clear();
         for (auto& s : shards_) s.io.shutdown();
     }
     service(const service&) = delete;
@@ -100,61 +102,102 @@ public:
         } catch (const dl::error& e) {
             return done({status::malformed, e.what()});
         }
+        outcome early;
         {
             std::lock_guard lock(registry_writer_);
-            if (auto existing = find(config.id)) return done(compare_config(existing->config, config));
-            // Every worker may create the tables it uses at start: later identical requests wait for
-            // the first one instead of racing it.
-            auto [pending, first] = creating_.try_emplace(config.id, config, std::vector<completion>{});
-            if (!first) {
-                if (!same_config(pending->second.first, config)) return done(compare_config(pending->second.first, config));
-                pending->second.second.push_back(std::move(done));
-                return;
+            if (auto existing = find(config.id)) {
+                early = compare_config(existing->config, config);
+            } else if (auto pending = creating_.find(config.id); pending != creating_.end()) {
+                // A create of this id is under way: an identical request waits for it.
+                if (same_config(pending->second.first, config)) {
+                    pending->second.second.push_back(std::move(done));
+                    return;
+                }
+                early = compare_config(pending->second.first, config);
+            } else {
+                // Logged before any shard has the table, so a checkpoint never holds a table that
+                // a restart would not create.
+                early = log_table_change([&](frame_bytes& out) { detail::put_config(out, config); });
+                if (early.ok()) {
+                    creating_.try_emplace(config.id, config, std::vector<completion>{}).first->second.second.push_back(std::move(done));
+                    done = nullptr;
+                }
             }
-            pending->second.second.push_back(std::move(done));
         }
-        auto entry = std::make_shared<table_entry>(config);
+        if (done) return done(std::move(early));
+        auto entry = std::make_shared<table_entry>(config, std::make_shared<table_counters>());
         fan_out_all([config](shard& s) { s.tables.emplace(config.id, std::make_unique<table>(config)); }, [this, entry](outcome o) {
             std::vector<completion> waiters;
             {
                 std::lock_guard lock(registry_writer_);
                 auto node = creating_.extract(entry->config.id);
                 waiters = std::move(node.mapped().second);
-                if (o.ok()) o = log_table_change([&](frame_bytes& out) { detail::put_config(out, entry->config); });
                 if (o.ok()) publish([&](registry& r) { r[entry->config.id] = entry; });
             }
             for (auto& w : waiters) w(o);
         });
     }
 
-    /// Raises a table's dim: later pulls return `dim` values, later pushes must carry `dim`.
+    /// Raises a table's dim: later pulls return `dim` values, later pushes must carry `dim`. One
+    /// grow_dim of a table at a time; pushes of the old dim that reach a shard after it grew fail
+    /// there (the request reports it; parts already applied on other shards stay applied).
     void grow_dim(std::uint32_t table_id, std::uint32_t dim, completion done) {
-        auto entry = find(table_id);
-        if (!entry) return done(unknown_table(table_id));
-        table_config next = entry->config;
-        next.dim = dim;
-        try {
-            if (dim < entry->config.dim) dl::detail::fail("dl::ps: table ", table_id, ": dim can only grow (", entry->config.dim, " -> ", dim, ")");
-            validate(next);
-        } catch (const dl::error& e) {
-            return done({status::malformed, e.what()});
-        }
-        fan_out_all([table_id, dim](shard& s) { s.tables.at(table_id)->grow_dim(dim); },
-                    [this, entry, next, done = std::move(done)](outcome o) mutable {
-                        if (o.ok()) {
-                            auto grown = std::make_shared<table_entry>(next);
-                            std::lock_guard lock(registry_writer_);
-                            o = log_table_change([&](frame_bytes& out) {
-                                detail::put(out, detail::record_kind::grow);
-                                detail::put(out, next.id);
-                                detail::put(out, next.dim);
-                            });
-                            grown->step.store(entry->step.load());
-                            grown->evicted.store(entry->evicted.load());
-                            publish([&](registry& r) { r[next.id] = grown; });
-                        }
-                        done(std::move(o));
+        std::shared_ptr<table_entry> entry;
+        outcome refused;
+        {
+            std::lock_guard lock(registry_writer_);
+            entry = find(table_id);
+            table_config next = entry ? entry->config : table_config{};
+            next.dim = dim;
+            if (!entry) {
+                refused = unknown_table(table_id);
+            } else if (!growing_.insert(table_id).second) {
+                refused = {status::failed, dl::detail::concat("dl::ps: table ", table_id, ": another grow_dim is under way")};
+            } else {
+                try {
+                    if (dim < entry->config.dim) dl::detail::fail("dl::ps: table ", table_id, ": dim can only grow (", entry->config.dim, " -> ", dim, ")");
+                    validate(next);
+                    refused = log_table_change([&](frame_bytes& out) {
+                        detail::put(out, detail::record_kind::grow);
+                        detail::put(out, table_id);
+                        detail::put(out, dim);
                     });
+                } catch (const dl::error& e) {
+                    refused = {status::malformed, e.what()};
+                }
+                if (!refused.ok()) growing_.erase(table_id);
+            }
+        }
+        if (!refused.ok()) return done(std::move(refused));
+        if (dim == entry->config.dim) {
+            std::lock_guard lock(registry_writer_);
+            growing_.erase(table_id);
+            return done({});
+        }
+        fan_out_all(
+            [this, table_id, dim](shard& s) {
+                s.tables.at(table_id)->grow_dim(dim);
+                // In the shard's log too: replayed pushes before it keep their old dim.
+                if (s.log.is_open())
+                    s.log.append([&](frame_bytes& out) {
+                        detail::put(out, detail::record_kind::grow);
+                        detail::put(out, table_id);
+                        detail::put(out, dim);
+                    });
+            },
+            [this, entry, dim, done = std::move(done)](outcome o) mutable {
+                {
+                    std::lock_guard lock(registry_writer_);
+                    if (o.ok()) {
+                        table_config next = entry->config;
+                        next.dim = dim;
+                        auto grown = std::make_shared<table_entry>(next, entry->counters);  // steps and evictions carry on
+                        publish([&](registry& r) { r[next.id] = grown; });
+                    }
+                    growing_.erase(entry->config.id);
+                }
+                done(std::move(o));
+            });
     }
 
     /// The table's current config (dim included); throws dl::error for an unknown id.
@@ -201,7 +244,7 @@ public:
         if (const std::size_t bad = first_non_finite(request.grads); bad != std::string::npos)
             return done({status::non_finite, dl::detail::concat("dl::ps: push to table ", table_id, ": gradient of id ", request.ids[bad / dim],
                                                             " holds ", request.grads[bad], " at element ", bad % dim, "; nothing was applied")});
-        const auto step = static_cast<std::uint32_t>(entry->step.fetch_add(1, std::memory_order_relaxed));
+        const auto step = static_cast<std::uint32_t>(entry->counters->step.fetch_add(1, std::memory_order_relaxed));
         auto job = std::make_shared<split_job>(request.ids, shard_count(), std::move(done));
         job->for_each_part([&](unsigned s, std::span<const std::uint32_t> positions) {
             asio::post(shards_[s].io, [this, job, s, positions, table_id, request, dim, step, entry] {
@@ -210,24 +253,31 @@ public:
                     job->fail({status::failed, sh.log_failure});
                     return job->arrive();
                 }
+                table* t = nullptr;
                 const bool applied = job->run([&] {
-                    table& t = *sh.tables.at(table_id);
+                    t = sh.tables.at(table_id).get();
                     const bool counts = !request.shows.empty();
                     for (std::uint32_t p : positions)
-                        t.push(request.ids[p], request.grads.data() + std::size_t{p} * dim, dim, counts ? request.shows[p] : 0,
-                               counts ? request.clicks[p] : 0, step);
-                    if (const auto n = maybe_evict(sh, t, entry->config, step)) entry->evicted.fetch_add(n, std::memory_order_relaxed);
+                        t->push(request.ids[p], request.grads.data() + std::size_t{p} * dim, dim, counts ? request.shows[p] : 0,
+                                counts ? request.clicks[p] : 0, step);
                 });
-                if (!applied || !sh.log.is_open()) return job->arrive();
-                // Acknowledged only once the log holding it is synced (commit).
-                sh.log.append([&](frame_bytes& out) {
-                    detail::put(out, detail::record_kind::push);
-                    detail::put(out, table_id);
-                    detail::put(out, step);
-                    detail::put(out, std::uint32_t{0});  // pads the push payload to 16 bytes: its ids stay 8-aligned
-                    encode_push(out, positions, request.ids, request.grads, request.shows, request.clicks, dim);
+                if (!applied) return job->arrive();
+                // Logged in the order applied: the push, then what it evicted. Acknowledged only once
+                // the log holding it is synced (commit).
+                const bool durable = sh.log.is_open();
+                const bool logged = job->run([&] {
+                    if (durable)
+                        sh.log.append([&](frame_bytes& out) {
+                            detail::put(out, detail::record_kind::push);
+                            detail::put(out, table_id);
+                            detail::put(out, step);
+                            detail::put(out, std::uint32_t{0});  // pads the push payload to 16 bytes: its ids stay 8-aligned
+                            encode_push(out, positions, request.ids, request.grads, request.shows, request.clicks, dim);
+                        });
+                    if (const auto n = maybe_evict(sh, *t, entry->config, step)) entry->counters->evicted.fetch_add(n, std::memory_order_relaxed);
+                    if (durable) sh.waiting_for_sync.push_back(job);
                 });
-                sh.waiting_for_sync.push_back(job);
+                if (!logged || !durable) return job->arrive();
                 schedule_commit(sh);
             });
         });
@@ -238,6 +288,8 @@ public:
     /// shards keep serving while the others write. Needs a data dir.
     void checkpoint(bool full, std::function<void(outcome, std::uint64_t)> done) {
         if (options_.data_dir.empty()) return done({status::failed, "dl::ps: checkpoints need a service with a data dir"}, 0);
+        // Numbered and posted in one step: every shard then writes them in sequence order.
+        std::lock_guard lock(checkpoint_guard_);
         const std::uint64_t seq = ++checkpoint_seq_;
         fan_out_all([this, full, seq](shard& sh) { write_checkpoint(sh, full, seq); },
                     [seq, done = std::move(done)](outcome o) { done(std::move(o), seq); });
@@ -276,8 +328,8 @@ public:
         if (!entry) return done(unknown_table(table_id), {});
         auto sum = std::make_shared<table_stats>();
         sum->dim = entry->config.dim;
-        sum->step = entry->step.load();
-        sum->evicted = entry->evicted.load();
+        sum->step = entry->counters->step.load();
+        sum->evicted = entry->counters->evicted.load();
         auto guard = std::make_shared<std::mutex>();
         fan_out_all(
             [table_id, sum, guard](shard& s) {
@@ -291,11 +343,15 @@ public:
     }
 
 private:
-    struct table_entry {
-        explicit table_entry(const table_config& c) : config(c) {}
-        table_config config;
-        std::atomic<std::uint64_t> step{0};     ///< push requests accepted: the clock of TTL eviction
+    /// A table's counters, shared by the registry entries of its successive dims.
+    struct table_counters {
+        std::atomic<std::uint64_t> step{0};  ///< push requests accepted: the clock of TTL eviction
         std::atomic<std::uint64_t> evicted{0};
+    };
+    struct table_entry {
+        table_entry(const table_config& c, std::shared_ptr<table_counters> k) : config(c), counters(std::move(k)) {}
+        table_config config;  ///< immutable: a grow_dim publishes a new entry
+        std::shared_ptr<table_counters> counters;
     };
     using registry = std::map<std::uint32_t, std::shared_ptr<table_entry>>;
 
@@ -320,6 +376,7 @@ private:
         bool commit_armed = false;
         std::string log_failure;
         std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> removed;
+        bool next_checkpoint_full = false;
     };
 
     /// One request split by owning shard: positions of the ids grouped by shard (a counting sort),
@@ -447,9 +504,13 @@ private:
         }
     }
 
-    /// On shard sh's thread: writes checkpoint seq of its tables, then starts log segment seq.
+    /// On shard sh's thread: writes checkpoint seq of its tables, then starts log segment seq. After
+    /// a failed checkpoint the next one is full, whatever was asked: the failed one had already marked
+    /// rows as written.
     void write_checkpoint(shard& sh, bool full, std::uint64_t seq) {
         commit(sh);
+        full = full || sh.next_checkpoint_full;
+        sh.next_checkpoint_full = true;  // until this one is on disk
         const fs::path dir = shard_dir(sh.index);
         const fs::path file = dir / ((full ? "full-" : "incr-") + std::to_string(seq) + ".ckpt");
         const fs::path temp = fs::path(file.string() + ".tmp");
@@ -459,21 +520,15 @@ private:
             const auto snapshot = registry_.load();
             for (auto& [id, t] : sh.tables) {
                 const auto it = snapshot->find(id);
-                const std::uint64_t step = it == snapshot->end() ? 0 : it->second->step.load();
-                out.append([&, id = id](frame_bytes& b) {
+                const std::uint64_t step = it == snapshot->end() ? 0 : it->second->counters->step.load();
+                out.append([&, id = id, dim = t->dim()](frame_bytes& b) {
                     detail::put(b, detail::record_kind::step);
                     detail::put(b, id);
+                    detail::put(b, dim);
                     detail::put(b, step);
                 });
                 auto& removed = sh.removed[id];
-                if (!full && !removed.empty())
-                    out.append([&, id = id](frame_bytes& b) {
-                        detail::put(b, detail::record_kind::removed);
-                        detail::put(b, id);
-                        detail::put(b, static_cast<std::uint32_t>(removed.size()));
-                        detail::put(b, std::uint32_t{0});  // pads to 16 bytes: the ids stay 8-aligned
-                        byte_writer(b).put_span(std::span<const std::uint64_t>(removed));
-                    });
+                if (!full && !removed.empty()) out.append([&, id = id](frame_bytes& b) { detail::put_removed(b, id, removed); });
                 removed.clear();
                 detail::write_rows(out, id, [&](auto&& f) { t->checkpoint_rows(full, f); }, true);
             }
@@ -483,9 +538,14 @@ private:
             });
             out.sync();
         }
+        // The next log segment exists before the checkpoint does: pushes never go to a segment that
+        // a restart would skip.
+        detail::log_file next_log;
+        if (options_.write_ahead_log) next_log = detail::log_file(dir / ("wal-" + std::to_string(seq) + ".log"));
         fs::rename(temp, file);
-        if (options_.write_ahead_log) sh.log = detail::log_file(dir / ("wal-" + std::to_string(seq) + ".log"));
+        if (next_log.is_open()) sh.log = std::move(next_log);
         detail::sync_directory(dir);
+        sh.next_checkpoint_full = false;
         // What the new checkpoint covers is no longer needed.
         for (const auto& [n, path] : detail::numbered_files(dir, "wal-", ".log"))
             if (n < seq) fs::remove(path);
@@ -495,12 +555,14 @@ private:
                     if (n < seq) fs::remove(path);
     }
 
-    /// Rebuilds the service from its data dir; runs before the shard threads start.
+    /// Rebuilds the service from its data dir; runs before the shard threads start. Tables are made
+    /// at the dim they were created with and grow where a checkpoint or a log says they did, so every
+    /// logged push replays at its own dim.
     void recover() {
         const fs::path& root = options_.data_dir;
         fs::create_directories(root);
-        const fs::path meta = root / "meta";
         const auto shards = static_cast<std::uint32_t>(shards_.size());
+        const fs::path meta = root / "meta";
         if (fs::exists(meta)) {
             std::uint32_t written = 0;
             data::record_reader reader(meta);
@@ -508,111 +570,136 @@ private:
             if (written != shards)
                 dl::detail::fail("dl::ps: ", root.string(), " was written by a service with ", written, " threads; start this one with ", written);
         } else {
-            detail::log_file out(meta);
-            out.append([&](frame_bytes& b) {
-                detail::put(b, detail::record_kind::meta);
-                detail::put(b, shards);
-            });
-            out.sync();
-            detail::sync_directory(root);
+            const fs::path temp = root / "meta.tmp";
+            {
+                detail::log_file out(temp);
+                fs::resize_file(temp, 0);
+                out.append([&](frame_bytes& b) {
+                    detail::put(b, detail::record_kind::meta);
+                    detail::put(b, shards);
+                });
+                out.sync();
+            }
+            fs::rename(temp, meta);
         }
+        for (auto& sh : shards_) fs::create_directories(shard_dir(sh.index));
+
         // Tables first: every later record refers to them.
         const fs::path tables = root / "tables.log";
-        std::map<std::uint32_t, std::shared_ptr<table_entry>> entries;
-        if (fs::exists(tables))
-            detail::replay_log(tables, [&](std::span<const std::byte> record) {
-                byte_reader r(record);
-                const auto kind = detail::kind_of(r, tables);
-                if (kind == detail::record_kind::table) {
-                    const auto id = r.get<std::uint32_t>();
-                    const table_config c = decode_table_config(r, id);
-                    entries[id] = std::make_shared<table_entry>(c);
-                    for (auto& sh : shards_) sh.tables.emplace(id, std::make_unique<table>(c));
-                } else if (kind == detail::record_kind::grow) {
-                    const auto id = r.get<std::uint32_t>(), dim = r.get<std::uint32_t>();
-                    auto& e = entries.at(id);
-                    table_config c = e->config;
-                    c.dim = dim;
-                    e = std::make_shared<table_entry>(c);
-                    for (auto& sh : shards_) sh.tables.at(id)->grow_dim(dim);
-                }
-            });
-        tables_log_ = detail::log_file(tables);
+        std::map<std::uint32_t, table_config> final_config;
         std::map<std::uint32_t, std::uint64_t> steps;
-        auto note_step = [&](std::uint32_t id, std::uint64_t step) { steps[id] = std::max(steps[id], step); };
+        detail::replay_log(tables, [&](std::span<const std::byte> record) {
+            byte_reader r(record);
+            const auto kind = detail::kind_of(r, tables);
+            const auto id = r.get<std::uint32_t>();
+            if (kind == detail::record_kind::table) {
+                const table_config c = decode_table_config(r, id);
+                final_config[id] = c;
+                for (auto& sh : shards_) sh.tables.emplace(id, std::make_unique<table>(c));
+            } else if (kind == detail::record_kind::grow) {
+                final_config.at(id).dim = r.get<std::uint32_t>();
+            } else {
+                dl::detail::fail("dl::ps: ", tables.string(), ": unexpected record");
+            }
+        });
+        tables_log_ = detail::log_file(tables);
+        detail::sync_directory(root);  // meta, tables.log and the shard dirs exist for good
+
         std::uint64_t last_seq = 0;
         for (auto& sh : shards_) {
             const fs::path dir = shard_dir(sh.index);
-            fs::create_directories(dir);
             auto table_of = [&](std::uint32_t id, const fs::path& file) -> table& {
                 const auto it = sh.tables.find(id);
                 if (it == sh.tables.end()) dl::detail::fail("dl::ps: ", file.string(), " refers to table ", id, ", which tables.log does not create");
                 return *it->second;
             };
-            // The last full checkpoint, then the incremental ones after it.
+            auto erase = [&](byte_reader& r, const fs::path& file) {
+                table& t = table_of(r.get<std::uint32_t>(), file);
+                const auto count = r.get<std::uint32_t>();
+                (void)r.get<std::uint32_t>();
+                for (std::uint64_t gone : r.view<std::uint64_t>(count)) t.erase(gone);
+            };
+            // The last full checkpoint, then the incremental ones after it, without a gap.
             const auto fulls = detail::numbered_files(dir, "full-", ".ckpt");
             std::uint64_t covered = fulls.empty() ? 0 : fulls.rbegin()->first;
             std::vector<fs::path> checkpoints;
             if (!fulls.empty()) checkpoints.push_back(fulls.rbegin()->second);
-            for (const auto& [n, path] : detail::numbered_files(dir, "incr-", ".ckpt"))
-                if (n > covered) {
-                    checkpoints.push_back(path);
-                    covered = n;
-                }
+            for (const auto& [n, path] : detail::numbered_files(dir, "incr-", ".ckpt")) {
+                if (n <= covered) continue;
+                if (n != covered + 1 && covered != 0)
+                    dl::detail::fail("dl::ps: ", dir.string(), ": checkpoint ", covered + 1, " is missing before ", path.filename().string());
+                checkpoints.push_back(path);
+                covered = n;
+            }
             for (const fs::path& file : checkpoints) {
                 bool complete = false;
                 data::record_reader reader(file);
                 while (auto record = reader.next()) {
                     byte_reader r(*record);
-                    switch (detail::kind_of(r, file)) {
-                    case detail::record_kind::step: {
-                        const auto id = r.get<std::uint32_t>();
-                        note_step(id, r.get<std::uint64_t>());
-                        break;
-                    }
-                    case detail::record_kind::rows: {
-                        const auto id = r.get<std::uint32_t>();
-                        detail::restore_rows(r, table_of(id, file), file);
-                        break;
-                    }
-                    case detail::record_kind::removed: {
-                        const auto id = r.get<std::uint32_t>();
-                        table& t = table_of(id, file);
-                        const auto count = r.get<std::uint32_t>();
-                        (void)r.get<std::uint32_t>();
-                        for (std::uint64_t gone : r.view<std::uint64_t>(count)) t.erase(gone);
-                        break;
-                    }
-                    case detail::record_kind::end: complete = true; break;
-                    default: dl::detail::fail("dl::ps: ", file.string(), ": unexpected record in a checkpoint");
+                    try {
+                        switch (detail::kind_of(r, file)) {
+                        case detail::record_kind::step: {
+                            const auto id = r.get<std::uint32_t>();
+                            table_of(id, file).grow_dim(r.get<std::uint32_t>());
+                            steps[id] = std::max(steps[id], r.get<std::uint64_t>());
+                            break;
+                        }
+                        case detail::record_kind::rows: detail::restore_rows(r, table_of(r.get<std::uint32_t>(), file), file); break;
+                        case detail::record_kind::removed: erase(r, file); break;
+                        case detail::record_kind::end: complete = true; break;
+                        default: dl::detail::fail("dl::ps: ", file.string(), ": unexpected record in a checkpoint");
+                        }
+                    } catch (const decode_error& e) {
+                        dl::detail::fail("dl::ps: ", file.string(), ": ", e.reason);
                     }
                 }
                 if (!complete) dl::detail::fail("dl::ps: ", file.string(), " is an incomplete checkpoint");
             }
             last_seq = std::max(last_seq, covered);
-            // Then the log from that checkpoint on.
+            // Then the log from that checkpoint on, in order: pushes, the evictions they caused, grows.
             fs::path latest = dir / ("wal-" + std::to_string(covered) + ".log");
             for (const auto& [n, path] : detail::numbered_files(dir, "wal-", ".log")) {
                 if (n < covered) continue;
                 detail::replay_log(path, [&](std::span<const std::byte> record) {
                     byte_reader r(record);
-                    if (detail::kind_of(r, path) != detail::record_kind::push) dl::detail::fail("dl::ps: ", path.string(), ": not a push record");
-                    const auto id = r.get<std::uint32_t>();
-                    const auto step = r.get<std::uint32_t>();
-                    const push_request p = decode_push(record.subspan(16));
-                    table& t = table_of(id, path);
-                    for (std::size_t k = 0; k < p.ids.size(); ++k)
-                        t.push(p.ids[k], p.grads.data() + k * p.dim, p.dim, p.shows.empty() ? 0 : p.shows[k], p.clicks.empty() ? 0 : p.clicks[k], step);
-                    note_step(id, std::uint64_t{step} + 1);
+                    try {
+                        switch (detail::kind_of(r, path)) {
+                        case detail::record_kind::push: {
+                            const auto id = r.get<std::uint32_t>();
+                            const auto step = r.get<std::uint32_t>();
+                            const push_request p = decode_push(record.subspan(16));
+                            table& t = table_of(id, path);
+                            for (std::size_t k = 0; k < p.ids.size(); ++k)
+                                t.push(p.ids[k], p.grads.data() + k * p.dim, p.dim, p.shows.empty() ? 0 : p.shows[k], p.clicks.empty() ? 0 : p.clicks[k], step);
+                            steps[id] = std::max(steps[id], std::uint64_t{step} + 1);
+                            break;
+                        }
+                        case detail::record_kind::removed: erase(r, path); break;
+                        case detail::record_kind::grow: {
+                            const auto id = r.get<std::uint32_t>();
+                            table_of(id, path).grow_dim(r.get<std::uint32_t>());
+                            break;
+                        }
+                        default: dl::detail::fail("dl::ps: ", path.string(), ": unexpected record in a log");
+                        }
+                    } catch (const decode_error& e) {
+                        dl::detail::fail("dl::ps: ", path.string(), ": ", e.reason);
+                    }
                 });
                 latest = path;
             }
+            // A grow the log did not record (none of its pushes were logged) still happened.
+            for (auto& [id, t] : sh.tables) t->grow_dim(final_config.at(id).dim);
             if (options_.write_ahead_log) sh.log = detail::log_file(latest);
+            detail::sync_directory(dir);
         }
         checkpoint_seq_ = last_seq;
-        for (auto& [id, e] : entries) e->step.store(steps[id]);
         publish([&](registry& r) {
-            for (auto& [id, e] : entries) r[id] = e;
+            for (auto& [id, c] : final_config) {
+                auto counters = std::make_shared<table_counters>();
+                counters->step.store(steps[id]);
+                r[id] = std::make_shared<table_entry>(c, std::move(counters));
+            }
         });
     }
 
@@ -641,16 +728,20 @@ private:
         bool sweep = budget != 0 && t.live_bytes() > budget;
         if (c.ttl_steps != 0) {
             std::uint32_t& last = sh.last_sweep[c.id];
-            if (step - last >= std::max(1u, c.ttl_steps / 4)) {
+            if (static_cast<std::int32_t>(step - last) >= static_cast<std::int32_t>(std::max(1u, c.ttl_steps / 4))) {
                 sweep = true;
                 last = step;
             }
         }
         if (!sweep) return 0;
+        std::vector<std::uint64_t> gone;
+        const std::uint64_t n = t.evict(step, budget, [&](std::uint64_t id) { gone.push_back(id); });
+        if (gone.empty() || options_.data_dir.empty()) return n;
+        // For the next incremental checkpoint, and in the log: a restart must not bring them back.
         auto& removed = sh.removed[c.id];
-        return t.evict(step, budget, [&](std::uint64_t id) {
-            if (!options_.data_dir.empty()) removed.push_back(id);
-        });
+        removed.insert(removed.end(), gone.begin(), gone.end());
+        if (sh.log.is_open()) sh.log.append([&](frame_bytes& out) { detail::put_removed(out, c.id, gone); });
+        return n;
     }
 
     [[nodiscard]] std::shared_ptr<table_entry> find(std::uint32_t id) const {
@@ -686,6 +777,8 @@ private:
     std::atomic<std::uint64_t> checkpoint_seq_{0};
     std::mutex registry_writer_;  // serialises changes of the registry; readers never take it
     std::map<std::uint32_t, std::pair<table_config, std::vector<completion>>> creating_;  // under registry_writer_
+    std::set<std::uint32_t> growing_;                                                      // under registry_writer_
+    std::mutex checkpoint_guard_;  // checkpoints reach every shard in sequence order
     std::atomic<std::shared_ptr<const registry>> registry_{std::make_shared<const registry>()};
 };
 

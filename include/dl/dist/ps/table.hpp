@@ -75,6 +75,7 @@ inline void validate(const table_config& c) {
         !(o.beta >= 0) || !(o.l1 >= 0) || !(o.l2 >= 0))
         fail("dl::ps: table ", c.id, ": optimizer hyper-parameters out of range (eps, accumulator, beta, l1, l2 >= 0; beta1, beta2 in [0, 1))");
     if (c.admit_after == 0 || c.admit_after > 255) fail("dl::ps: table ", c.id, ": admit_after must be in [1, 255], got ", c.admit_after);
+    if (c.ttl_steps > (1u << 30)) fail("dl::ps: table ", c.id, ": ttl_steps must be at most 2^30, got ", c.ttl_steps);
 }
 
 /// Optimizer state floats per row of `dim` elements.
@@ -134,7 +135,8 @@ class row_pool {
 public:
     explicit row_pool(std::size_t row_bytes)
         : row_bytes_(row_bytes),
-          slab_bytes_((std::max(row_bytes, slab_target) + slab_align - 1) / slab_align * slab_align),
+          // At least two rows a slab: the reciprocal below needs a divisor of 2 or more.
+          slab_bytes_((std::max(2 * row_bytes, slab_target) + slab_align - 1) / slab_align * slab_align),
           slab_rows_(static_cast<std::uint32_t>(slab_bytes_ / row_bytes)),
           slab_reciprocal_(~std::uint64_t{0} / slab_rows_ + 1) {}
 
@@ -242,8 +244,8 @@ public:
         table_config next = config_;
         next.dim = dim;
         validate(next);
+        current_ = class_for(dim);  // may throw: nothing is changed before it
         config_.dim = dim;
-        current_ = class_for(dim);
     }
 
     /// Writes `dim` values of id's row to out: the stored values, then initial ones past the stored
@@ -289,7 +291,9 @@ public:
         std::vector<std::uint32_t> victims;
         if (config_.ttl_steps != 0)
             for_each_handle([&](std::uint32_t h) {
-                if (step - meta(h).last_step > config_.ttl_steps) victims.push_back(h);
+                // Signed: a row updated at a later step than `step` (requests reach shards out of
+                // step order) is not idle.
+                if (static_cast<std::int32_t>(step - meta(h).last_step) > static_cast<std::int32_t>(config_.ttl_steps)) victims.push_back(h);
             });
         std::size_t evicted = erase_all(victims, on_evict);
         if (budget != 0 && live_bytes() > budget) {
@@ -343,10 +347,10 @@ public:
         for_each_handle([&](std::uint32_t h) {
             row_meta& m = meta(h);
             if (!all && !m.dirty) return;
+            m.dirty = 0;  // cleared first, so the row is written as clean
             const std::uint32_t d = class_of(h).dim;
             std::byte* r = row(h);
             f(row_view{m, {weights(r), d}, {state(r, d), state_floats(config_.optimizer.kind, d)}});
-            m.dirty = 0;
         });
     }
     /// Stores a row as read back from a checkpoint (replacing any row of that id). weights.size() is
@@ -360,6 +364,7 @@ public:
         const std::uint32_t h = insert_in_class(m.id, class_for(d));
         std::byte* r = row(h);
         std::memcpy(r, &m, sizeof m);
+        meta(h).dirty = 0;  // as stored: a restored row has not changed since its checkpoint
         std::memcpy(weights(r), w.data(), w.size_bytes());
         std::memcpy(state(r, d), s.data(), s.size_bytes());
     }
