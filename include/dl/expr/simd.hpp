@@ -4,18 +4,18 @@
 // own kernels (exp, exp2, sigmoid, tanh, arithmetic) a SIMD lane equals the scalar path bit for bit
 // when the target has FMA. Functions that fall back to xsimd (batches) and <cmath> (scalars) may
 // differ in the last bits between the contiguous and the strided path.
-// Define DL_NO_SIMD to build without xsimd batches (the scalar path then runs everywhere).
+// Define DL_NO_SIMD to build without xsimd batches: the scalar path then runs everywhere (a reference
+// for the vectorised one). xsimd's headers are still included: the branches written for batches name
+// its functions, and `if constexpr` only discards them after their names are looked up.
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
-#ifndef DL_NO_SIMD
 #include <xsimd/xsimd.hpp>
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if !defined(DL_NO_SIMD) && (defined(__AVX2__) || defined(__AVX512F__))
 #include <immintrin.h>
-#endif
 #endif
 
 #include "../core/error.hpp"

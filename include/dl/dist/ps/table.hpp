@@ -523,18 +523,18 @@ private:
         std::uint32_t j = 0;
         if constexpr (simd::has_batch<float>) {
             constexpr auto w = static_cast<std::uint32_t>(simd::width<float>);
-            for (; j + w <= n; j += w) step.template operator()<simd::batch<float>>(j);
+            for (; j + w <= n; j += w) step.template operator()<xsimd::batch<float>>(j);
         }
         for (; j < n; ++j) step.template operator()<float>(j);
     }
     template <class V>
     DL_INLINE static V load(const float* p) noexcept {
-        if constexpr (simd::is_batch<V>) return simd::load(p);
+        if constexpr (simd::is_batch<V>) return V::load_unaligned(p);
         else return *p;
     }
     template <class V>
     DL_INLINE static void store(float* p, const V& v) noexcept {
-        if constexpr (simd::is_batch<V>) simd::store(p, v);
+        if constexpr (simd::is_batch<V>) v.store_unaligned(p);
         else *p = v;
     }
 
