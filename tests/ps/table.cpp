@@ -6,6 +6,7 @@
 #include <dl/ps.hpp>
 
 #include <map>
+#include <numeric>
 #include <random>
 #include <unordered_map>
 
@@ -345,4 +346,38 @@ TEST_CASE("TTL eviction compares steps as a window: a row updated at a later ste
     t.push(1, g, 2, 0, 0, 101);  // shards may apply step 101 before step 100
     CHECK(t.evict(100, 0, [](std::uint64_t) {}) == 0);
     CHECK(t.evict(112, 0, [](std::uint64_t) {}) == 1);
+}
+
+TEST_CASE("push_many and pull_many equal one push and one pull at a time, repeated and new ids included") {
+    for (auto kind : {optimizer_kind::adagrad, optimizer_kind::adam}) {
+        table_config c = config(5, kind);
+        c.admit_after = 2;
+        table one(c), many(c);
+        std::mt19937_64 rng(9);
+        std::normal_distribution<float> normal(0, 1);
+        for (int step = 0; step < 6; ++step) {
+            if (step == 3) {
+                one.grow_dim(7);
+                many.grow_dim(7);
+            }
+            const std::uint32_t dim = one.dim();
+            std::vector<std::uint64_t> ids(300);
+            for (auto& id : ids) id = rng() % 200;  // repeats within a batch, new ids, ids below admission
+            std::vector<float> g(ids.size() * dim);
+            for (auto& v : g) v = normal(rng);
+            std::vector<std::uint32_t> positions(ids.size()), shows(ids.size(), 1), clicks(ids.size(), 0);
+            std::iota(positions.begin(), positions.end(), 0u);
+            for (std::size_t k = 0; k < ids.size(); ++k) one.push(ids[k], g.data() + k * dim, dim, 1, 0, static_cast<std::uint32_t>(step));
+            many.push_many(positions, ids, g.data(), dim, shows, clicks, static_cast<std::uint32_t>(step));
+        }
+        CHECK(many.size() == one.size());
+        std::vector<std::uint64_t> ids(250);
+        std::iota(ids.begin(), ids.end(), 0u);
+        std::vector<std::uint32_t> positions(ids.size());
+        std::iota(positions.begin(), positions.end(), 0u);
+        std::vector<float> out(ids.size() * 7);
+        many.pull_many(positions, ids, out.data(), 7);
+        for (std::size_t k = 0; k < ids.size(); ++k)
+            CHECK(std::vector<float>(out.begin() + k * 7, out.begin() + (k + 1) * 7) == pulled(one, ids[k]));
+    }
 }

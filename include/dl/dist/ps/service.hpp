@@ -220,8 +220,7 @@ public:
         job->for_each_part([&](unsigned s, std::span<const std::uint32_t> positions) {
             asio::post(shards_[s].io, [this, job, s, positions, table_id, ids, out, dim] {
                 job->run([&] {
-                    const table& t = *shards_[s].tables.at(table_id);
-                    for (std::uint32_t p : positions) t.pull(ids[p], out.data() + std::size_t{p} * dim, dim);
+                    shards_[s].tables.at(table_id)->pull_many(positions, ids, out.data(), dim);
                 });
                 job->arrive();
             });
@@ -256,10 +255,7 @@ public:
                 table* t = nullptr;
                 const bool applied = job->run([&] {
                     t = sh.tables.at(table_id).get();
-                    const bool counts = !request.shows.empty();
-                    for (std::uint32_t p : positions)
-                        t->push(request.ids[p], request.grads.data() + std::size_t{p} * dim, dim, counts ? request.shows[p] : 0,
-                                counts ? request.clicks[p] : 0, step);
+                    t->push_many(positions, request.ids, request.grads.data(), dim, request.shows, request.clicks, step);
                 });
                 if (!applied) return job->arrive();
                 // Logged in the order applied: the push, then what it evicted. Acknowledged only once
