@@ -3,7 +3,8 @@
 //      [--group-commit-ms N] [--no-wal] [--checkpoint-seconds N]
 //
 // With --data the server is durable: it restores what DIR holds at start, acknowledges a push only
-// after the write-ahead log holding it is synced (every --group-commit-ms, default 2), takes a full
+// after the write-ahead log holding it is synced (pushes arriving together share a sync;
+// --group-commit-ms N also waits up to N ms for more to share it), takes a full
 // checkpoint every --checkpoint-seconds (default 300; 0 = never) and a last one on SIGINT/SIGTERM.
 // A restart on the same DIR must use the same --threads. It prints `listening on ADDRESS:PORT`
 // once it accepts connections (--port 0, the default, lets the system pick one).

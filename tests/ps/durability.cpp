@@ -34,11 +34,11 @@ table_config config(std::uint32_t id, std::uint32_t dim, optimizer_kind kind = o
     return c;
 }
 
-service_options durable(const fs::path& dir, unsigned threads = 2) {
+service_options durable(const fs::path& dir, unsigned threads = 2, std::chrono::milliseconds group_commit = {}) {
     service_options o;
     o.threads = threads;
     o.data_dir = dir;
-    o.group_commit = std::chrono::milliseconds(1);
+    o.group_commit = group_commit;
     return o;
 }
 
@@ -183,7 +183,7 @@ TEST_CASE("the log's torn tail is cut; damaged checkpoints and a wrong thread co
     std::mt19937_64 rng(2);
     std::vector<float> before;
     {
-        service svc(durable(dir.path));
+        service svc(durable(dir.path, 2, std::chrono::milliseconds(1)));
         client c(svc);
         c.create_table(config(1, 4)).get();
         push_random(c, 1, 4, rng, 5);
@@ -196,7 +196,7 @@ TEST_CASE("the log's torn tail is cut; damaged checkpoints and a wrong thread co
     }
     const auto size_with_tail = fs::file_size(dir.path / "shard-0" / "wal-0.log");
     {
-        service svc(durable(dir.path));
+        service svc(durable(dir.path, 2, std::chrono::milliseconds(1)));
         client c(svc);
         CHECK(pull_all(c, 1, 4, 1000) == before);
         CHECK(fs::file_size(dir.path / "shard-0" / "wal-0.log") == size_with_tail - 15);
@@ -205,7 +205,7 @@ TEST_CASE("the log's torn tail is cut; damaged checkpoints and a wrong thread co
     CHECK_THROWS_WITH_AS(service(durable(dir.path, 3)), doctest::Contains("start this one with 2"), dl::error);
     // Damage in the middle of a log, with intact records after it, is not a torn tail: it is reported.
     {
-        service svc(durable(dir.path));
+        service svc(durable(dir.path, 2, std::chrono::milliseconds(1)));
         client c(svc);
         push_random(c, 1, 4, rng, 5);
     }
@@ -216,7 +216,7 @@ TEST_CASE("the log's torn tail is cut; damaged checkpoints and a wrong thread co
         f.seekp(40);
         f.put('\x5a');
     }
-    CHECK_THROWS_WITH_AS(service(durable(dir.path)), doctest::Contains("damaged before its end"), dl::error);
+    CHECK_THROWS_WITH_AS(service(durable(dir.path, 2, std::chrono::milliseconds(1))), doctest::Contains("damaged before its end"), dl::error);
     fs::remove(wal);
     // Flip a byte inside the checkpoint's rows: its CRC catches it and the file is named.
     const fs::path ckpt = dir.path / "shard-1" / "full-1.ckpt";
@@ -226,7 +226,7 @@ TEST_CASE("the log's torn tail is cut; damaged checkpoints and a wrong thread co
         f.seekp(static_cast<std::streamoff>(fs::file_size(ckpt) / 2));
         f.put('\x5a');
     }
-    CHECK_THROWS_WITH_AS(service(durable(dir.path)), doctest::Contains("full-1.ckpt"), dl::error);
+    CHECK_THROWS_WITH_AS(service(durable(dir.path, 2, std::chrono::milliseconds(1))), doctest::Contains("full-1.ckpt"), dl::error);
 }
 
 TEST_CASE("an exported table holds the rows and metadata, without optimizer state") {

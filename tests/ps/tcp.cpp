@@ -6,6 +6,7 @@
 #include <dl/ps.hpp>
 
 #include <random>
+#include <thread>
 
 namespace {
 
@@ -256,4 +257,23 @@ TEST_CASE("tcp: a refused, silent or vanished server fails the call by its deadl
         c.create_table(config(1, 4)).get();
         c.pull(1, ids, out).get();
     }
+}
+
+TEST_CASE("tcp: connections beyond max_connections are closed at once; a freed place is reused") {
+    service svc({.threads = 1});
+    server srv(svc, server_options{.max_connections = 1});
+    const std::vector<std::uint64_t> ids{1};
+    {
+        raw_connection first(srv.port());
+        first.send(pull_frame(9, 1, ids));  // answered: unknown table, but answered
+        REQUIRE(first.reply());
+        raw_connection second(srv.port());
+        CHECK_FALSE(second.reply());  // closed without a word
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server notices the first one left
+    raw_connection third(srv.port());
+    third.send(pull_frame(9, 2, ids));
+    const auto r = third.reply();
+    REQUIRE(r);
+    CHECK(r->first.request_id == 2);
 }

@@ -26,6 +26,8 @@ struct server_options {
     /// Requests a connection may have in flight; it stops reading until one finishes, so a client
     /// holds at most this many payloads of the server's memory.
     unsigned max_in_flight = 8;
+    /// Connections served at once; more are closed as soon as accepted.
+    unsigned max_connections = 1024;
 };
 
 namespace detail {
@@ -34,8 +36,9 @@ namespace detail {
 /// shard thread's io_context; replies finished on other shard threads are posted back to it.
 class connection : public std::enable_shared_from_this<connection> {
 public:
-    connection(asio::ip::tcp::socket socket, service& svc, server_options options)
-        : socket_(std::move(socket)), service_(svc), options_(options), slot_free_(socket_.get_executor()) {}
+    connection(asio::ip::tcp::socket socket, service& svc, server_options options, std::shared_ptr<std::atomic<unsigned>> open)
+        : socket_(std::move(socket)), service_(svc), options_(options), slot_free_(socket_.get_executor()), open_(std::move(open)) {}
+    ~connection() { --*open_; }
 
     void start() {
         asio::co_spawn(socket_.get_executor(), [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
@@ -61,15 +64,16 @@ private:
                     queue(error_frame(parsed.header, parsed.error, "dl::ps: " + parsed.reason + "; closing the connection"));
                     co_return;
                 }
-                auto ex = std::make_shared<exchange>();
-                ex->request_header = parsed.header;
-                ex->request.resize(parsed.header.payload_bytes);
-                co_await asio::async_read(socket_, asio::buffer(ex->request), asio::use_awaitable);
-                while (in_flight_ >= options_.max_in_flight) {
+                // A slot first, then the payload: a connection holds at most max_in_flight payloads.
+                while (in_flight_ >= options_.max_in_flight && socket_.is_open()) {
                     boost::system::error_code ignored;
                     slot_free_.expires_at(asio::steady_timer::time_point::max());
                     co_await slot_free_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
                 }
+                auto ex = std::make_shared<exchange>();
+                ex->request_header = parsed.header;
+                ex->request.resize(parsed.header.payload_bytes);
+                co_await asio::async_read(socket_, asio::buffer(ex->request), asio::use_awaitable);
                 ++in_flight_;
                 if (parsed.verdict == header_verdict::reject)
                     finish(ex, {parsed.error, "dl::ps: " + parsed.reason});
@@ -220,6 +224,7 @@ private:
     service& service_;
     server_options options_;
     asio::steady_timer slot_free_;  // wakes the read loop when a request slot frees up
+    std::shared_ptr<std::atomic<unsigned>> open_;  // the server's count of open connections
     unsigned in_flight_ = 0;
     bool closing_ = false;
     std::deque<frame_bytes> writes_;
@@ -269,6 +274,7 @@ private:
         asio::ip::tcp::acceptor acceptor;
         unsigned next = 0;
         bool stopped = false;  // touched on the acceptor's thread only
+        std::shared_ptr<std::atomic<unsigned>> open = std::make_shared<std::atomic<unsigned>>(0);
     };
 
     static void accept_next(std::shared_ptr<accept_state> state) {
@@ -276,11 +282,12 @@ private:
         auto& acceptor = state->acceptor;
         acceptor.async_accept(target, [state = std::move(state)](boost::system::error_code ec, asio::ip::tcp::socket socket) mutable {
             if (state->stopped || ec == asio::error::operation_aborted) return;
-            if (!ec) {
+            if (!ec && state->open->load() < state->options.max_connections) {
+                ++*state->open;
                 boost::system::error_code ignored;
                 socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-                std::make_shared<detail::connection>(std::move(socket), state->svc, state->options)->start();
-            }
+                std::make_shared<detail::connection>(std::move(socket), state->svc, state->options, state->open)->start();
+            }  // else the socket closes here
             accept_next(std::move(state));
         });
     }

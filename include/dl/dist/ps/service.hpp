@@ -41,9 +41,10 @@ struct service_options {
     std::filesystem::path data_dir{};
     /// With a data dir: log every push before acknowledging it (off: only checkpoints persist).
     bool write_ahead_log = true;
-    /// A push is acknowledged after the sync that holds it; the log syncs at most this often, so
-    /// concurrent pushes share one sync (0: a sync per push).
-    std::chrono::milliseconds group_commit{2};
+    /// A push is acknowledged after the sync that holds it. 0 (the default): a shard syncs as soon
+    /// as the requests already queued on it are applied, so pushes that arrive together share one
+    /// sync; more: it also waits up to this long for more pushes to share it.
+    std::chrono::milliseconds group_commit{0};
 };
 
 /// How a request ended: status::ok, or an error status with a message naming the table and the value.
@@ -472,10 +473,16 @@ private:
         }
     }
 
+    /// Arranges a sync for what the shard's log holds. With no interval it runs once the work already
+    /// queued on the shard is done, so pushes that arrive together share it at no added wait.
     void schedule_commit(shard& sh) {
-        if (options_.group_commit.count() == 0) return commit(sh);
         if (sh.commit_armed) return;
         sh.commit_armed = true;
+        if (options_.group_commit.count() == 0)
+            return asio::post(sh.io, [this, &sh] {
+                sh.commit_armed = false;
+                commit(sh);
+            });
         sh.commit_timer.expires_after(options_.group_commit);
         sh.commit_timer.async_wait([this, &sh](boost::system::error_code) {
             sh.commit_armed = false;
