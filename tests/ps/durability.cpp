@@ -265,29 +265,42 @@ TEST_CASE("kill -9 of a server process loses no acknowledged push") {
     temp_dir dir("kill");
     const std::uint32_t dim = 4;
     const std::uint64_t keys = 64;
-    // The server: this test binary forked, serving TCP from the data dir until killed.
+    // The server process: examples/ps_server when it is built (DL_PS_SERVER_BINARY), else this test
+    // binary forked; either serves TCP from the data dir until killed.
     auto start_server = [&]() -> std::pair<pid_t, std::uint16_t> {
         int fds[2];
         REQUIRE(::pipe(fds) == 0);
         const pid_t pid = ::fork();
         if (pid == 0) {
             ::close(fds[0]);
+#ifdef DL_PS_SERVER_BINARY
+            ::dup2(fds[1], STDOUT_FILENO);  // it prints "listening on ADDRESS:PORT ..."
+            ::close(fds[1]);
+            const std::string data = dir.path.string();
+            ::execl(DL_PS_SERVER_BINARY, "ps_server", "--port", "0", "--threads", "2", "--data", data.c_str(), "--checkpoint-seconds", "0",
+                    static_cast<char*>(nullptr));
+            ::_exit(127);
+#else
             try {
                 service svc(durable(dir.path));
                 server srv(svc);
-                const std::uint16_t port = srv.port();
-                if (::write(fds[1], &port, sizeof port) != sizeof port) ::_exit(2);
+                const std::string line = "listening on 127.0.0.1:" + std::to_string(srv.port()) + "\n";
+                if (::write(fds[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(2);
                 for (;;) ::pause();
             } catch (...) {
                 ::_exit(3);
             }
+#endif
         }
         ::close(fds[1]);
-        std::uint16_t port = 0;
-        const bool started = ::read(fds[0], &port, sizeof port) == sizeof port;
+        std::string line;
+        char ch = 0;
+        while (::read(fds[0], &ch, 1) == 1 && ch != '\n') line += ch;
         ::close(fds[0]);
-        REQUIRE(started);
-        return {pid, port};
+        const auto colon = line.rfind(':', line.find(" with") == std::string::npos ? std::string::npos : line.find(" with"));
+        INFO("server said: ", line);
+        REQUIRE((line.starts_with("listening on ") && colon != std::string::npos));
+        return {pid, static_cast<std::uint16_t>(std::stoul(line.substr(colon + 1)))};
     };
 
     auto [pid, port] = start_server();
