@@ -153,7 +153,9 @@ using frame_bytes = std::vector<std::byte, uninitialized_allocator<std::byte>>;
 
 // --- payload encoding: a bounds-checked cursor; reading past the end throws decode_error ---
 
-struct decode_error {
+/// Bytes that do not decode: a dl::error (what() says "dl::ps: " + reason) with the status to reply.
+struct decode_error : dl::error {
+    decode_error(status c, std::string why) : dl::error("dl::ps: " + why), code(c), reason(std::move(why)) {}
     status code;
     std::string reason;
 };
