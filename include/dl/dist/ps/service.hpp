@@ -6,7 +6,7 @@
 // drive this class.
 //
 // With a data dir the service is durable (durability.hpp): table changes and pushes are written
-// ahead and synced before they are acknowledged — pushes in groups, at most every group_commit —
+// ahead and synced before they are acknowledged — pushes that arrive together share a sync —
 // checkpoints are taken while serving, and a service started on the dir restores everything that
 // was acknowledged.
 #include <atomic>
