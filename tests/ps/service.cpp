@@ -2,7 +2,7 @@
 // pushes, bad requests fail with a message and change nothing, concurrent workers lose no update.
 #include "support.hpp"
 
-#include <dl/ps.hpp>
+#include "ps_test.hpp"
 
 #include <random>
 #include <thread>
@@ -10,6 +10,7 @@
 namespace {
 
 using namespace dl::ps;
+using dl_test::error_of;
 
 table_config config(std::uint32_t id, std::uint32_t dim, optimizer_kind kind = optimizer_kind::adagrad) {
     table_config c;
@@ -22,14 +23,6 @@ table_config config(std::uint32_t id, std::uint32_t dim, optimizer_kind kind = o
     return c;
 }
 
-std::string error_of(std::future<void> f) {
-    try {
-        f.get();
-    } catch (const dl::error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 }  // namespace
 

@@ -3,7 +3,7 @@
 // connection, never a crash or a touched table; a down or silent server fails a call by its deadline.
 #include "support.hpp"
 
-#include <dl/ps.hpp>
+#include "ps_test.hpp"
 
 #include <random>
 #include <thread>
@@ -11,6 +11,7 @@
 namespace {
 
 using namespace dl::ps;
+using dl_test::error_of;
 using boost::asio::ip::tcp;
 
 table_config config(std::uint32_t id, std::uint32_t dim) {
@@ -24,14 +25,6 @@ table_config config(std::uint32_t id, std::uint32_t dim) {
 
 std::string address(const server& s) { return "127.0.0.1:" + std::to_string(s.port()); }
 
-std::string error_of(std::future<void> f) {
-    try {
-        f.get();
-    } catch (const dl::error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 /// A raw connection for sending hand-made bytes and reading the reply frames.
 struct raw_connection {
