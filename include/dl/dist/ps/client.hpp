@@ -79,8 +79,6 @@ struct call_state {
     std::vector<std::uint64_t> ids;
     std::vector<float> grads;
     std::vector<std::uint32_t> shows, clicks;
-    // stats
-    table_stats stats{};
 
     void fail(outcome o) {
         std::lock_guard lock(error_guard);
@@ -435,36 +433,33 @@ public:
             });
             return future;
         }
-        auto call = std::make_shared<detail::call_state>();
-        auto gathered = std::make_shared<table_stats>();
-        call->remaining.store(static_cast<unsigned>(links_.size()));
-        // The summed figures are read when the inner call settles: chain it on the io thread.
-        auto inner = call->promise.get_future().share();
+        // Every reply runs on the io thread: a plain count finds the last one.
+        struct gather {
+            std::size_t remaining = 0;
+            table_stats sum{};
+            std::optional<outcome> error;
+        };
+        auto g = std::make_shared<gather>();
+        g->remaining = links_.size();
         for (unsigned s = 0; s < links_.size(); ++s)
-            post_send(s, frame_for(op::stats, table_id, 0), what(op::stats, table_id, 0),
-                      [call, gathered, result, inner](outcome o, std::span<const std::byte> payload) {
-                          if (o.ok() && payload.size() != sizeof(table_stats)) o = {status::malformed, "dl::ps: stats reply of the wrong size"};
-                          if (o.ok()) {
-                              table_stats part;
-                              std::memcpy(&part, payload.data(), sizeof part);
-                              gathered->rows += part.rows;
-                              gathered->live_bytes += part.live_bytes;
-                              gathered->reserved_bytes += part.reserved_bytes;
-                              gathered->evicted += part.evicted;
-                              gathered->step = std::max(gathered->step, part.step);
-                              gathered->dim = part.dim;
-                          } else {
-                              call->fail(std::move(o));
-                          }
-                          call->arrive();
-                          if (inner.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
-                          try {
-                              inner.get();
-                              result->set_value(*gathered);
-                          } catch (...) {
-                              result->set_exception(std::current_exception());
-                          }
-                      });
+            post_send(s, frame_for(op::stats, table_id, 0), what(op::stats, table_id, 0), [g, result](outcome o, std::span<const std::byte> payload) {
+                if (o.ok() && payload.size() != sizeof(table_stats)) o = {status::malformed, "dl::ps: stats reply of the wrong size"};
+                if (o.ok()) {
+                    table_stats part;
+                    std::memcpy(&part, payload.data(), sizeof part);
+                    g->sum.rows += part.rows;
+                    g->sum.live_bytes += part.live_bytes;
+                    g->sum.reserved_bytes += part.reserved_bytes;
+                    g->sum.evicted += part.evicted;
+                    g->sum.step = std::max(g->sum.step, part.step);
+                    g->sum.dim = part.dim;
+                } else if (!g->error) {
+                    g->error = std::move(o);
+                }
+                if (--g->remaining != 0) return;
+                if (g->error) result->set_exception(std::make_exception_ptr(dl::error(g->error->message)));
+                else result->set_value(g->sum);
+            });
         return future;
     }
 
