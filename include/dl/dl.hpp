@@ -33,6 +33,7 @@
 #include "autograd/reduce.hpp"
 #include "autograd/softmax.hpp"
 #include "autograd/views.hpp"
+#include "graph/trace.hpp"
 
 #include "nn/attention.hpp"
 #include "nn/conv.hpp"

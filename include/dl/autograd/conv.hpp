@@ -178,6 +178,9 @@ void check_images(const Tensor<T>& x, std::string_view op) {
     if (x.rank() != 4) dl::detail::fail("dl::", op, ": expected input [N, C, H, W], got shape ", x.shape());
 }
 
+/// "HxW", for the attributes of a traced op.
+[[nodiscard]] inline std::string describe(extent2 e) { return std::to_string(e.h) + "x" + std::to_string(e.w); }
+
 inline void check_positive(extent2 e, std::string_view op, std::string_view what, std::int64_t least = 1) {
     if (e.h < least || e.w < least)
         dl::detail::fail("dl::", op, ": ", what, " must be at least ", least, ", got (", e.h, ", ", e.w, ")");
@@ -192,6 +195,14 @@ template <class T>
                                conv2d_options o = {}) {
     using namespace autograd::detail;
     static_assert(is_floating_element<T>, "dl::conv2d: needs a floating tensor");
+    if (auto* r = autograd::recorder_of(x, weight, bias))
+        return autograd::record_op(
+            *r, "conv2d",
+            autograd::attributes("stride", describe(o.stride), "padding", describe(o.padding), "dilation",
+                                 describe(o.dilation), "groups", o.groups),
+            autograd::op_kind::pure,
+            [](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b, conv2d_options opt) { return conv2d(in, w, b, opt); },
+            x, weight, bias, o);
     check_images(x, "conv2d");
     if (weight.rank() != 4) detail::fail("dl::conv2d: expected weight [O, C/groups, kh, kw], got shape ", weight.shape());
     check_positive(o.stride, "conv2d", "stride");
@@ -383,6 +394,12 @@ template <class T>
 [[nodiscard]] Tensor<T> max_pool2d(const Tensor<T>& x, const pool2d_options& o) {
     using namespace autograd::detail;
     static_assert(is_floating_element<T>, "dl::max_pool2d: needs a floating tensor");
+    if (auto* r = x.context().recorder())
+        return autograd::record_op(
+            *r, "max_pool2d",
+            autograd::attributes("kernel", describe(o.kernel), "stride", describe(o.stride), "padding",
+                                 describe(o.padding), "count_include_pad", o.count_include_pad),
+            autograd::op_kind::pure, [](const Tensor<T>& in, const pool2d_options& opt) { return max_pool2d(in, opt); }, x, o);
     check_images(x, "max_pool2d");
     const window_geometry g = pool_geometry(x.shape(), o, "max_pool2d");
     const std::int64_t planes = x.shape()[0] * g.channels;
@@ -453,6 +470,12 @@ template <class T>
 [[nodiscard]] Tensor<T> avg_pool2d(const Tensor<T>& x, const pool2d_options& o) {
     using namespace autograd::detail;
     static_assert(is_floating_element<T>, "dl::avg_pool2d: needs a floating tensor");
+    if (auto* r = x.context().recorder())
+        return autograd::record_op(
+            *r, "avg_pool2d",
+            autograd::attributes("kernel", describe(o.kernel), "stride", describe(o.stride), "padding",
+                                 describe(o.padding), "count_include_pad", o.count_include_pad),
+            autograd::op_kind::pure, [](const Tensor<T>& in, const pool2d_options& opt) { return avg_pool2d(in, opt); }, x, o);
     check_images(x, "avg_pool2d");
     const window_geometry g = pool_geometry(x.shape(), o, "avg_pool2d");
     const bool include_pad = o.count_include_pad;
@@ -472,6 +495,10 @@ template <class T>
 [[nodiscard]] Tensor<T> adaptive_avg_pool2d(const Tensor<T>& x, extent2 output) {
     using namespace autograd::detail;
     static_assert(is_floating_element<T>, "dl::adaptive_avg_pool2d: needs a floating tensor");
+    if (auto* r = x.context().recorder())
+        return autograd::record_op(*r, "adaptive_avg_pool2d", autograd::attributes("output", describe(output)),
+                                   autograd::op_kind::pure,
+                                   [](const Tensor<T>& in, extent2 out) { return adaptive_avg_pool2d(in, out); }, x, output);
     check_images(x, "adaptive_avg_pool2d");
     check_positive(output, "adaptive_avg_pool2d", "the output size");
     const std::int64_t h = x.shape()[2], w = x.shape()[3];

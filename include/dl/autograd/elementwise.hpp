@@ -11,6 +11,7 @@
 
 #include "../expr/operators.hpp"
 #include "node.hpp"
+#include "tracing.hpp"
 
 namespace dl::autograd {
 
@@ -155,11 +156,108 @@ inline constexpr bool differentiable = [] {
         }(std::make_index_sequence<leaf_count<D>>{});
 }();
 
+template <class T>
+[[nodiscard]] const Tensor<T>& traced_operand(recorder&, const Tensor<T>& t) {
+    return t;
+}
+template <class T>
+[[nodiscard]] const scalar_node<T>& traced_operand(recorder&, const scalar_node<T>& s) {
+    return s;
+}
+template <class Op, class... E>
+[[nodiscard]] Tensor<value_t<fn_node<Op, E...>>> traced_operand(recorder& r, const fn_node<Op, E...>& n);
+
+/// The attributes of one functor applied to `operands`: its parameters and its scalar operands (by
+/// position: s1=1.5 is a second operand of 1.5).
+template <class R, class Op, class... A>
+[[nodiscard]] std::string functor_attributes(const Op& op, const A&... operands) {
+    std::ostringstream os;
+    const char* separator = "";
+    auto pair = [&](std::string_view key, const auto& value) {
+        os << separator << key << '=';
+        detail::describe_value(os, value);
+        separator = ", ";
+    };
+    if constexpr (requires { op.slope; }) pair("slope", op.slope);
+    if constexpr (requires { op.alpha; }) pair("alpha", op.alpha);
+    if constexpr (is_cast<Op>) pair("to", dtype_name(dtype_of<R>));
+    int position = 0;
+    auto scalar = [&]<class O>(const O& o) {
+        if constexpr (!is_tensor_v<O>) pair("s" + std::to_string(position), o.value);
+        ++position;
+    };
+    (scalar(operands), ...);
+    return os.str();
+}
+
+/// Records e as one op per functor, innermost first, and returns its value: tracing (graph/) sees a
+/// compile-time fused expression as the chain of ops it is made of, which its fusion pass can fuse again.
+template <class Op, class... E>
+[[nodiscard]] Tensor<value_t<fn_node<Op, E...>>> traced_operand(recorder& r, const fn_node<Op, E...>& n) {
+    using R = value_t<fn_node<Op, E...>>;
+    // Braced initialisation evaluates (and records) the operands left to right.
+    auto operands = std::apply([&](const auto&... e) { return std::tuple{traced_operand(r, e)...}; }, n.operands);
+    auto kernel = [op = n.op](any_tensor& out, const auto&... a) {
+        auto expr = make_node(op, a...);
+        const Shape shape = shape_of(expr);
+        auto* into = std::get_if<Tensor<R>>(&out);
+        if (!into || !into->defined() || into->shape() != shape) {
+            Context* ctx = context_of(expr);
+            out = Tensor<R>(shape, ctx ? *ctx : default_context());
+            into = &std::get<Tensor<R>>(out);
+        }
+        assign(*into, expr);
+    };
+    return std::apply(
+        [&](const auto&... a) {
+            op_record op{std::string(Op::name), functor_attributes<R>(n.op, a...), op_kind::elementwise, {}, {}, {}};
+            Context* ctx = context_of(n);
+            {
+                const recording_paused pause(ctx ? *ctx : default_context());
+                kernel(op.output, a...);
+            }
+            auto slot = [&]<class A>(const A& x) {
+                if constexpr (is_tensor_v<A>) {
+                    detail::argument_slot<A> s;
+                    s.input = static_cast<int>(op.inputs.size());
+                    op.inputs.emplace_back(x);
+                    return s;
+                } else {
+                    return detail::argument_slot<A>{x};
+                }
+            };
+            std::tuple<detail::argument_slot<std::remove_cvref_t<decltype(a)>>...> slots{slot(a)...};
+            op.kernel = [kernel, slots = std::move(slots)](std::span<const any_tensor> inputs, any_tensor& out) {
+                std::apply([&](const auto&... s) { kernel(out, s.get(inputs)...); }, slots);
+            };
+            Tensor<R> result = std::get<Tensor<R>>(op.output);
+            r.record(std::move(op));
+            return result;
+        },
+        operands);
+}
+
 }  // namespace detail
 
 template <class T, class E>
 void assign_expression(Tensor<T>& out, E&& e, bool into_view) {
     if constexpr (expression<E>) {
+        if constexpr (expression_node<E>) {
+            Context* ctx = context_of(e);
+            if (auto* r = (ctx ? *ctx : out.context()).recorder()) {
+                if (into_view || (out.defined() && out.shape() != shape_of(e))) {
+                    r->check_write(out.data(), "an elementwise write into existing elements");
+                } else {
+                    if constexpr (std::is_same_v<T, value_t<E>>)
+                        out = detail::traced_operand(*r, e);
+                    else
+                        out = detail::traced_operand(*r, make_node(ops::cast<T>{}, std::forward<E>(e)));
+                    return;
+                }
+            }
+        } else if (into_view) {
+            if (auto* r = out.context().recorder()) r->check_write(out.data(), "a copy into existing elements");
+        }
         Context* ctx = context_of(e);
         if (!ctx) ctx = &out.context();
         const bool enabled = ctx->grad_enabled();
@@ -193,6 +291,7 @@ void assign_expression(Tensor<T>& out, E&& e, bool into_view) {
         }
         assign(out, std::forward<E>(e));
     } else {
+        if (auto* r = out.context().recorder(); r && out.defined()) r->check_write(out.data(), "a fill");
         if (out.requires_grad() && out.context().grad_enabled())
             detail::fail("dl: in-place write into a tensor of shape ", out.shape(),
                          " that requires grad; do it under dl::no_grad");

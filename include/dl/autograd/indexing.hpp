@@ -142,6 +142,22 @@ template <class T>
 [[nodiscard]] Tensor<T> cat(const std::vector<Tensor<T>>& parts, std::int64_t dim = 0) {
     if (parts.empty()) detail::fail("dl::cat: needs at least one tensor");
     const int d = wrap_dim(dim, parts[0].rank(), "cat");
+    if (auto* r = parts[0].context().recorder()) {
+        autograd::op_record op{"cat", autograd::attributes("dim", d), autograd::op_kind::pure, {}, {}, {}};
+        {
+            const autograd::recording_paused pause(parts[0].context());
+            op.output = cat(parts, d);
+        }
+        op.inputs.assign(parts.begin(), parts.end());
+        op.kernel = [d](std::span<const autograd::any_tensor> inputs, autograd::any_tensor& out) {
+            std::vector<Tensor<T>> list;
+            for (const auto& in : inputs) list.push_back(std::get<Tensor<T>>(in));
+            out = cat(list, d);
+        };
+        Tensor<T> result = std::get<Tensor<T>>(op.output);
+        r->record(std::move(op));
+        return result;
+    }
     Tensor<T> out(autograd::detail::joined_shape(parts, d, "cat"), parts[0].context());
     {
         no_grad off(out.context());
@@ -217,6 +233,10 @@ template <class T, std::integral I>
 [[nodiscard]] Tensor<T> index_select(const Tensor<T>& t, std::int64_t dim, const Tensor<I>& index) {
     if (index.rank() != 1) detail::fail("dl::index_select: the index must have rank 1, got shape ", index.shape());
     const int d = wrap_dim(dim, t.rank(), "index_select");
+    if (auto* r = autograd::recorder_of(t, index))
+        return autograd::record_op(*r, "index_select", autograd::attributes("dim", d), autograd::op_kind::pure,
+                                   [](const Tensor<T>& x, int axis, const Tensor<I>& i) { return index_select(x, axis, i); },
+                                   t, d, index);
     autograd::detail::check_indices(index, t.shape()[d], "index_select");
     Shape shape = t.shape();
     shape[d] = index.numel();
@@ -242,6 +262,10 @@ template <class T, std::integral I>
 template <class T, std::integral I>
 [[nodiscard]] Tensor<T> gather(const Tensor<T>& t, std::int64_t dim, const Tensor<I>& index) {
     const int d = wrap_dim(dim, t.rank(), "gather");
+    if (auto* r = autograd::recorder_of(t, index))
+        return autograd::record_op(*r, "gather", autograd::attributes("dim", d), autograd::op_kind::pure,
+                                   [](const Tensor<T>& x, int axis, const Tensor<I>& i) { return gather(x, axis, i); },
+                                   t, d, index);
     autograd::detail::check_gather_shapes(t, index, d, "gather");
     autograd::detail::check_indices(index, t.shape()[d], "gather");
     Tensor<T> out(index.shape(), t.context());
@@ -302,12 +326,22 @@ template <bool Add, class T, class I>
 /// p of index. With repeated targets the last write wins (use scatter_add to sum them).
 template <class T, std::integral I>
 [[nodiscard]] Tensor<T> scatter(const Tensor<T>& t, std::int64_t dim, const Tensor<I>& index, const Tensor<T>& src) {
+    if (auto* r = autograd::recorder_of(t, index, src))
+        return autograd::record_op(
+            *r, "scatter", autograd::attributes("dim", dim), autograd::op_kind::pure,
+            [](const Tensor<T>& x, std::int64_t axis, const Tensor<I>& i, const Tensor<T>& s) { return scatter(x, axis, i, s); },
+            t, dim, index, src);
     return autograd::detail::scatter_op<false>(t, dim, index, src, "scatter");
 }
 
 /// A copy of t with src[p] added at t[p with coordinate dim replaced by index[p]].
 template <class T, std::integral I>
 [[nodiscard]] Tensor<T> scatter_add(const Tensor<T>& t, std::int64_t dim, const Tensor<I>& index, const Tensor<T>& src) {
+    if (auto* r = autograd::recorder_of(t, index, src))
+        return autograd::record_op(
+            *r, "scatter_add", autograd::attributes("dim", dim), autograd::op_kind::pure,
+            [](const Tensor<T>& x, std::int64_t axis, const Tensor<I>& i, const Tensor<T>& s) { return scatter_add(x, axis, i, s); },
+            t, dim, index, src);
     return autograd::detail::scatter_op<true>(t, dim, index, src, "scatter_add");
 }
 
@@ -322,6 +356,11 @@ template <class T, std::integral I>
 [[nodiscard]] Tensor<T> embedding_bag(const Tensor<T>& weight, const Tensor<I>& ids, const Tensor<I>& offsets,
                                       bag_mode mode = bag_mode::mean, const Tensor<T>& per_sample_weights = {}) {
     static_assert(is_floating_element<T>, "dl::embedding_bag: needs a floating weight");
+    if (auto* r = autograd::recorder_of(weight, ids, offsets, per_sample_weights))
+        return autograd::record_op(*r, "embedding_bag", autograd::attributes("mode", mode), autograd::op_kind::pure,
+                                   [](const Tensor<T>& w, const Tensor<I>& i, const Tensor<I>& o, bag_mode m,
+                                      const Tensor<T>& p) { return embedding_bag(w, i, o, m, p); },
+                                   weight, ids, offsets, mode, per_sample_weights);
     if (weight.rank() != 2) detail::fail("dl::embedding_bag: the weight must be [rows, dim], got shape ", weight.shape());
     if (ids.rank() != 1 || offsets.rank() != 1)
         detail::fail("dl::embedding_bag: ids and offsets must have rank 1, got shapes ", ids.shape(), " and ",

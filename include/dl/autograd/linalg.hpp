@@ -61,6 +61,9 @@ template <class T>
         a.shape()[rank - 1] != b.shape()[rank - 2])
         detail::fail("dl::matmul: shapes ", a.shape(), " and ", b.shape(),
                      " do not multiply (matrices [M, K]·[K, N], or batches [B, M, K]·[B, K, N])");
+    if (auto* r = autograd::recorder_of(a, b))
+        return autograd::record_op(*r, "matmul", "", autograd::op_kind::pure,
+                                   [](const Tensor<T>& x, const Tensor<T>& y) { return matmul(x, y); }, a, b);
     Shape shape = a.shape();
     shape[rank - 1] = b.shape()[rank - 1];
     Tensor<T> out(shape, a.context());
@@ -110,6 +113,11 @@ template <class T>
                      weight.shape(), " expects ", weight.shape()[1]);
     if (bias.defined() && (bias.rank() != 1 || bias.shape()[0] != weight.shape()[0]))
         detail::fail("dl::linear: bias of shape ", bias.shape(), " for a weight of shape ", weight.shape());
+    if (auto* r = autograd::recorder_of(x, weight, bias))
+        return autograd::record_op(
+            *r, "linear", autograd::attributes("act", act), autograd::op_kind::pure,
+            [](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b, activation a) { return linear(in, w, b, a); },
+            x, weight, bias, act);
     const bool records = is_floating_element<T> && autograd::any_records(x, weight, bias);
     if (records && act == activation::gelu) return gelu(linear(x, weight, bias));
     Tensor<T> out({x.shape()[0], weight.shape()[0]}, x.context());

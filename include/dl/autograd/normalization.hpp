@@ -90,6 +90,11 @@ template <class T>
     for (const Tensor<T>* p : {&weight, &bias})
         if (p->defined() && p->shape() != normalized)
             detail::fail("dl::layer_norm: weight and bias must have shape ", normalized, ", got ", p->shape());
+    if (auto* r = autograd::recorder_of(x, weight, bias))
+        return autograd::record_op(
+            *r, "layer_norm", autograd::attributes("dims", dims, "eps", eps), autograd::op_kind::pure,
+            [](const Tensor<T>& in, int n, const Tensor<T>& w, const Tensor<T>& b, double e) { return layer_norm(in, n, w, b, e); },
+            x, dims, weight, bias, eps);
     const auto [mean, var, rstd] = autograd::detail::batch_statistics(x, axes, eps);
     return autograd::detail::normalize(x, axes, mean, rstd, weight, bias, true);
 }
@@ -111,6 +116,13 @@ template <class T>
                          p->shape());
     if (!training && !(running_mean.defined() && running_var.defined()))
         detail::fail("dl::batch_norm: evaluation needs running_mean and running_var");
+    if (auto* r = autograd::recorder_of(x, running_mean, running_var, weight, bias))
+        return autograd::record_op(
+            *r, "batch_norm", autograd::attributes("training", training, "momentum", momentum, "eps", eps),
+            training && running_mean.defined() ? autograd::op_kind::effectful : autograd::op_kind::pure,
+            [](const Tensor<T>& in, const Tensor<T>& m, const Tensor<T>& v, const Tensor<T>& w, const Tensor<T>& b,
+               bool train, double mom, double e) { return batch_norm(in, m, v, w, b, train, mom, e); },
+            x, running_mean, running_var, weight, bias, training, momentum, eps);
     Dims axes{0};
     Shape per_channel{channels};  // [C, 1, ...]: broadcasts against dimension 1 of x
     for (int d = 2; d < x.rank(); ++d) axes.push_back(d), per_channel.push_back(1);

@@ -39,12 +39,23 @@ void record_reduction(Tensor<R>& out, const E& e, const Dims& axes, Rule rule) {
 
 }  // namespace autograd::detail
 
-#define DL_REDUCTION_PREAMBLE(name)                                                                   \
-    static_assert(expression<E>, "dl::" #name ": the argument must be a Tensor or an elementwise expression")
+// A traced reduction records its operand (an expression becomes its chain of ops) and then itself, as
+// one op whose kernel is the same reduction of a tensor.
+// (The kernel is a generic lambda with its result type spelled out: the reduction's own result type is
+// not deduced yet where the kernel is defined.)
+#define DL_REDUCTION_PREAMBLE(name, accumulator, attributes, ...)                                     \
+    static_assert(expression<E>, "dl::" #name ": the argument must be a Tensor or an elementwise expression"); \
+    if (Context* traced = context_of(e); traced && traced->recorder())                               \
+        return autograd::record_op(                                                                   \
+            *traced->recorder(), #name, attributes, autograd::op_kind::pure,                          \
+            [=](const auto& x) -> decltype(detail::reduce(x, Dims{}, false, accumulator, #name)) { \
+                return name(x __VA_OPT__(, ) __VA_ARGS__);                                            \
+            },                                                                                        \
+            Tensor<value_t<E>>(e))
 
 template <class E>
 [[nodiscard]] auto sum(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(sum);
+    DL_REDUCTION_PREAMBLE(sum, (detail::sum_acc<value_t<E>>{}), autograd::attributes("axes", axes, "keepdim", keepdim), axes, keepdim);
     auto out = detail::reduce(e, axes, keepdim, detail::sum_acc<value_t<E>>{}, "sum");
     autograd::detail::record_reduction(out, e, axes, [](const auto&, const auto& g, const auto&, std::int64_t) {
         return g;
@@ -53,7 +64,7 @@ template <class E>
 }
 template <class E>
 [[nodiscard]] auto mean(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(mean);
+    DL_REDUCTION_PREAMBLE(mean, (detail::mean_acc<value_t<E>>{}), autograd::attributes("axes", axes, "keepdim", keepdim), axes, keepdim);
     auto out = detail::reduce(e, axes, keepdim, detail::mean_acc<value_t<E>>{}, "mean");
     autograd::detail::record_reduction(out, e, axes, [](const auto&, const auto& g, const auto&, std::int64_t n) {
         return g * (1.0 / static_cast<double>(n));
@@ -63,7 +74,7 @@ template <class E>
 /// The gradient assumes no element is zero (it divides the product by each element).
 template <class E>
 [[nodiscard]] auto prod(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(prod);
+    DL_REDUCTION_PREAMBLE(prod, (detail::prod_acc<value_t<E>>{}), autograd::attributes("axes", axes, "keepdim", keepdim), axes, keepdim);
     auto out = detail::reduce(e, axes, keepdim, detail::prod_acc<value_t<E>>{}, "prod");
     autograd::detail::record_reduction(out, e, axes, [](const auto& x, const auto& g, const auto& y, std::int64_t) {
         return g * y / x;
@@ -85,14 +96,14 @@ struct extreme_rule {
 
 template <class E>
 [[nodiscard]] auto max(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(max);
+    DL_REDUCTION_PREAMBLE(max, (detail::extreme_acc<value_t<E>, true>{}), autograd::attributes("axes", axes, "keepdim", keepdim), axes, keepdim);
     auto out = detail::reduce(e, axes, keepdim, detail::extreme_acc<value_t<E>, true>{}, "max");
     autograd::detail::record_reduction(out, e, axes, autograd::detail::extreme_rule{axes});
     return out;
 }
 template <class E>
 [[nodiscard]] auto min(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(min);
+    DL_REDUCTION_PREAMBLE(min, (detail::extreme_acc<value_t<E>, false>{}), autograd::attributes("axes", axes, "keepdim", keepdim), axes, keepdim);
     auto out = detail::reduce(e, axes, keepdim, detail::extreme_acc<value_t<E>, false>{}, "min");
     autograd::detail::record_reduction(out, e, axes, autograd::detail::extreme_rule{axes});
     return out;
@@ -100,28 +111,28 @@ template <class E>
 /// Index of the first maximum along `axis` (of the flattened tensor when axis is not given).
 template <class E>
 [[nodiscard]] Tensor<std::int64_t> argmax(const E& e) {
-    DL_REDUCTION_PREAMBLE(argmax);
+    DL_REDUCTION_PREAMBLE(argmax, (detail::arg_extreme_acc<value_t<E>, true>{}), "");
     return detail::reduce(e, {}, false, detail::arg_extreme_acc<value_t<E>, true>{}, "argmax");
 }
 template <class E>
 [[nodiscard]] Tensor<std::int64_t> argmax(const E& e, std::int64_t axis, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(argmax);
+    DL_REDUCTION_PREAMBLE(argmax, (detail::arg_extreme_acc<value_t<E>, true>{}), autograd::attributes("axis", axis, "keepdim", keepdim), axis, keepdim);
     return detail::reduce(e, {axis}, keepdim, detail::arg_extreme_acc<value_t<E>, true>{}, "argmax");
 }
 template <class E>
 [[nodiscard]] Tensor<std::int64_t> argmin(const E& e) {
-    DL_REDUCTION_PREAMBLE(argmin);
+    DL_REDUCTION_PREAMBLE(argmin, (detail::arg_extreme_acc<value_t<E>, false>{}), "");
     return detail::reduce(e, {}, false, detail::arg_extreme_acc<value_t<E>, false>{}, "argmin");
 }
 template <class E>
 [[nodiscard]] Tensor<std::int64_t> argmin(const E& e, std::int64_t axis, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(argmin);
+    DL_REDUCTION_PREAMBLE(argmin, (detail::arg_extreme_acc<value_t<E>, false>{}), autograd::attributes("axis", axis, "keepdim", keepdim), axis, keepdim);
     return detail::reduce(e, {axis}, keepdim, detail::arg_extreme_acc<value_t<E>, false>{}, "argmin");
 }
 /// Variance with `correction` subtracted from the count (1: unbiased, as PyTorch's default).
 template <class E>
 [[nodiscard]] auto var(const E& e, const Dims& axes = {}, bool keepdim = false, double correction = 1) {
-    DL_REDUCTION_PREAMBLE(var);
+    DL_REDUCTION_PREAMBLE(var, (detail::moments_acc<value_t<E>>{correction, false}), autograd::attributes("axes", axes, "keepdim", keepdim, "correction", correction), axes, keepdim, correction);
     auto out = detail::reduce(e, axes, keepdim, detail::moments_acc<value_t<E>>{correction, false}, "var");
     autograd::detail::record_reduction(
         out, e, axes, [axes, correction](const auto& x, const auto& g, const auto& y, std::int64_t n) {
@@ -133,7 +144,7 @@ template <class E>
 }
 template <class E>
 [[nodiscard]] auto std(const E& e, const Dims& axes = {}, bool keepdim = false, double correction = 1) {
-    DL_REDUCTION_PREAMBLE(std);
+    DL_REDUCTION_PREAMBLE(std, (detail::moments_acc<value_t<E>>{correction, true}), autograd::attributes("axes", axes, "keepdim", keepdim, "correction", correction), axes, keepdim, correction);
     auto out = detail::reduce(e, axes, keepdim, detail::moments_acc<value_t<E>>{correction, true}, "std");
     autograd::detail::record_reduction(
         out, e, axes, [axes, correction](const auto& x, const auto& g, const auto& y, std::int64_t n) {
@@ -146,7 +157,7 @@ template <class E>
 /// The p-norm; its gradient is 0 where the norm is 0.
 template <class E>
 [[nodiscard]] auto norm(const E& e, double p = 2, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(norm);
+    DL_REDUCTION_PREAMBLE(norm, (detail::norm_acc<value_t<E>>{p}), autograd::attributes("p", p, "axes", axes, "keepdim", keepdim), p, axes, keepdim);
     if (!(p > 0)) detail::fail("dl::norm: p must be positive, got ", p);
     auto out = detail::reduce(e, axes, keepdim, detail::norm_acc<value_t<E>>{p}, "norm");
     autograd::detail::record_reduction(out, e, axes, [p](const auto& x, const auto& g, const auto& y, std::int64_t) {
@@ -157,7 +168,7 @@ template <class E>
 }
 template <class E>
 [[nodiscard]] auto logsumexp(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(logsumexp);
+    DL_REDUCTION_PREAMBLE(logsumexp, (detail::logsumexp_acc<value_t<E>>{}), autograd::attributes("axes", axes, "keepdim", keepdim), axes, keepdim);
     auto out = detail::reduce(e, axes, keepdim, detail::logsumexp_acc<value_t<E>>{}, "logsumexp");
     autograd::detail::record_reduction(out, e, axes, [](const auto& x, const auto& g, const auto& y, std::int64_t) {
         return g * exp(x - y);
@@ -166,12 +177,12 @@ template <class E>
 }
 template <class E>
 [[nodiscard]] Tensor<bool> any(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(any);
+    DL_REDUCTION_PREAMBLE(any, (detail::any_all_acc<true>{}), autograd::attributes("axes", axes, "keepdim", keepdim), axes, keepdim);
     return detail::reduce(e, axes, keepdim, detail::any_all_acc<true>{}, "any");
 }
 template <class E>
 [[nodiscard]] Tensor<bool> all(const E& e, const Dims& axes = {}, bool keepdim = false) {
-    DL_REDUCTION_PREAMBLE(all);
+    DL_REDUCTION_PREAMBLE(all, (detail::any_all_acc<false>{}), autograd::attributes("axes", axes, "keepdim", keepdim), axes, keepdim);
     return detail::reduce(e, axes, keepdim, detail::any_all_acc<false>{}, "all");
 }
 #undef DL_REDUCTION_PREAMBLE

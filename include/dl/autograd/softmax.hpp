@@ -27,6 +27,9 @@ template <class T>
 [[nodiscard]] Tensor<T> log_softmax(const Tensor<T>& x, std::int64_t dim = -1) {
     static_assert(is_floating_element<T>, "dl::log_softmax: needs a floating tensor");
     const int d = wrap_dim(dim, x.rank(), "log_softmax");
+    if (auto* r = x.context().recorder())
+        return autograd::record_op(*r, "log_softmax", autograd::attributes("dim", d), autograd::op_kind::pure,
+                                   [](const Tensor<T>& in, int axis) { return log_softmax(in, axis); }, x, d);
     Tensor<T> out(x.shape(), x.context());
     {
         no_grad off(x.context());
@@ -48,6 +51,9 @@ template <class T>
 [[nodiscard]] Tensor<T> softmax(const Tensor<T>& x, std::int64_t dim = -1) {
     static_assert(is_floating_element<T>, "dl::softmax: needs a floating tensor");
     const int d = wrap_dim(dim, x.rank(), "softmax");
+    if (auto* r = x.context().recorder())
+        return autograd::record_op(*r, "softmax", autograd::attributes("dim", d), autograd::op_kind::pure,
+                                   [](const Tensor<T>& in, int axis) { return softmax(in, axis); }, x, d);
     Tensor<T> out(x.shape(), x.context());
     {
         no_grad off(x.context());

@@ -19,6 +19,7 @@ struct allocator_stats {
     std::int64_t cache_hits = 0;          ///< requests served from the cache
     std::int64_t bytes_in_use = 0;        ///< bytes handed out and not yet returned
     std::int64_t bytes_cached = 0;        ///< bytes held in the cache, free for reuse
+    std::int64_t peak_bytes_in_use = 0;   ///< the most bytes_in_use has been since creation or reset_peak()
 };
 
 /// Interface for tensor memory. Implementations must be thread-safe: tensors are freed on any thread.
@@ -30,6 +31,8 @@ public:
     /// Returns a block from allocate() with the same `bytes`.
     virtual void deallocate(void* block, std::size_t bytes) noexcept = 0;
     [[nodiscard]] virtual allocator_stats stats() const = 0;
+    /// Starts a new peak_bytes_in_use measurement from the bytes in use now.
+    virtual void reset_peak() noexcept {}
 };
 
 /// Every request goes to the system allocator. Useful to compare against and for leak checkers.
@@ -40,6 +43,7 @@ public:
         std::lock_guard lock(mutex_);
         ++stats_.system_allocations;
         stats_.bytes_in_use += static_cast<std::int64_t>(bytes);
+        stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
         return p;
     }
     void deallocate(void* block, std::size_t bytes) noexcept override {
@@ -50,6 +54,10 @@ public:
     allocator_stats stats() const override {
         std::lock_guard lock(mutex_);
         return stats_;
+    }
+    void reset_peak() noexcept override {
+        std::lock_guard lock(mutex_);
+        stats_.peak_bytes_in_use = stats_.bytes_in_use;
     }
 
 private:
@@ -69,6 +77,7 @@ public:
         {
             std::lock_guard lock(mutex_);
             stats_.bytes_in_use += static_cast<std::int64_t>(rounded);
+            stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
             if (free_block* head = free_[index]) {
                 free_[index] = head->next;
                 ++stats_.cache_hits;
@@ -92,6 +101,10 @@ public:
     allocator_stats stats() const override {
         std::lock_guard lock(mutex_);
         return stats_;
+    }
+    void reset_peak() noexcept override {
+        std::lock_guard lock(mutex_);
+        stats_.peak_bytes_in_use = stats_.bytes_in_use;
     }
 
     /// Returns every cached block to the system.

@@ -17,6 +17,9 @@ namespace dl {
 namespace prof {
 class profiler;
 }
+namespace autograd {
+class recorder;
+}
 
 enum class Device : std::uint8_t { cpu, cuda };
 
@@ -105,6 +108,10 @@ public:
     void set_profiler(prof::profiler* p) noexcept { profiler_ = p; }
     [[nodiscard]] prof::profiler* profiler() const noexcept { return profiler_; }
 
+    /// The graph tracer recording this Context's ops (graph/trace.hpp sets it while it traces), or null.
+    void set_recorder(autograd::recorder* r) noexcept { recorder_ = r; }
+    [[nodiscard]] autograd::recorder* recorder() const noexcept { return recorder_; }
+
     /// Bookkeeping for autograd (autograd/): whether ops on tensors that require grad are recorded
     /// (dl::no_grad turns it off for every thread using this Context), a creation counter that orders
     /// recorded ops, and scratch space reused by every backward pass so that it allocates nothing.
@@ -128,6 +135,7 @@ private:
     bool training_ = true;
     Device device_ = Device::cpu;
     prof::profiler* profiler_ = nullptr;
+    autograd::recorder* recorder_ = nullptr;
     autograd_state autograd_;
 };
 

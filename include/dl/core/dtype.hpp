@@ -1,6 +1,7 @@
 #pragma once
 // Element types. A type is a tensor element when dtype_traits<T> is specialised for it; the 16-bit
 // float types add their own specialisations (compute_type = float) without touching this file.
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string_view>
@@ -22,6 +23,21 @@ enum class DType : std::uint8_t { boolean, uint8, int32, int64, float32, float64
         case DType::float16: return "float16";
     }
     return "unknown";
+}
+
+/// Bytes per element.
+[[nodiscard]] constexpr std::size_t dtype_size(DType d) noexcept {
+    switch (d) {
+        case DType::boolean:
+        case DType::uint8: return 1;
+        case DType::bfloat16:
+        case DType::float16: return 2;
+        case DType::int32:
+        case DType::float32: return 4;
+        case DType::int64:
+        case DType::float64: return 8;
+    }
+    return 0;
 }
 
 inline std::ostream& operator<<(std::ostream& out, DType d) { return out << dtype_name(d); }

@@ -402,7 +402,7 @@ public:
 
 private:
     Tensor finish_view(Tensor v, const view_op& op) const {
-        if (!grad_.get()) return v;
+        if (!grad_.get() && !(ctx_ && ctx_->recorder())) return v;
         v.grad_ = {};
         return autograd::record_view(*this, std::move(v), op);
     }

@@ -127,6 +127,9 @@ public:
     template <class T>
     Tensor<T> operator()(const Tensor<T>& x) const {
         if (!training_ || p_ == 0) return x;
+        if (auto* r = x.context().recorder())
+            return autograd::record_op(*r, "dropout", autograd::attributes("p", p_), autograd::op_kind::effectful,
+                                       [self = *this](const Tensor<T>& in) { return self(in); }, x);
         const Tensor<T> u = dl::uniform<T>(x.shape(), 0, 1, x.context());
         return where(u >= T(p_), x * T(1 / (1 - p_)), T(0));
     }

@@ -1,0 +1,134 @@
+// Graph mode against eager mode, in one run. graph_chain_unfused_ops/T: the Foundation chain
+// sigmoid(x*1.5+y)*z - tanh(x) written as six separate ops, traced and fused by the passes, on 16M floats
+// (16 bytes/element); chain_fused/T is the compile-time fused expression it is measured against.
+// cnn_infer_eager/64 and cnn_infer_graph/64: the Fashion-MNIST CNN of examples/fashion_mnist at batch
+// 64, eager and traced with every pass on; peak_bytes is the allocator's peak above what was in use
+// before the call.
+#include <benchmark/benchmark.h>
+
+#include <dl/dl.hpp>
+#include <dl/graph/trace.hpp>
+
+#include "bandwidth.hpp"
+
+#include <cstdint>
+#include <optional>
+
+namespace {
+
+constexpr std::int64_t n = std::int64_t{1} << 24;
+
+dl::Tensor<float> unfused_chain(const dl::Tensor<float>& x, const dl::Tensor<float>& y, const dl::Tensor<float>& z) {
+    dl::Tensor<float> scaled = x * 1.5f;
+    dl::Tensor<float> shifted = scaled + y;
+    dl::Tensor<float> gate = dl::sigmoid(shifted);
+    dl::Tensor<float> gated = gate * z;
+    dl::Tensor<float> t = dl::tanh(x);
+    return gated - t;
+}
+
+struct chain_workload {
+    explicit chain_workload(int threads)
+        : ctx({.seed = 42, .threads = threads}),
+          x(dl::uniform<float>({n}, -3, 3, ctx)),
+          y(dl::uniform<float>({n}, -3, 3, ctx)),
+          z(dl::uniform<float>({n}, -3, 3, ctx)),
+          out(dl::zeros<float>({n}, ctx)),
+          graph(dl::graph::trace(unfused_chain, x, y, z)) {
+        graph.optimize();
+    }
+    dl::Context ctx;
+    dl::Tensor<float> x, y, z, out;
+    dl::graph::traced<dl::Tensor<float>> graph;
+};
+
+chain_workload& chain_data(int threads) { return dl_bench::workload_for<chain_workload>(threads); }
+
+void triad(benchmark::State& state) {
+    auto& w = chain_data(static_cast<int>(state.range(0)));
+    dl_bench::triad(state, w.ctx, w.out.data(), w.x.data(), w.y.data(), n);
+}
+
+void chain_fused(benchmark::State& state) {
+    auto& w = chain_data(static_cast<int>(state.range(0)));
+    for (auto _ : state) {
+        w.out = dl::sigmoid(w.x * 1.5f + w.y) * w.z - dl::tanh(w.x);
+        benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(state.iterations() * n * 16);
+}
+
+void graph_chain_unfused_ops(benchmark::State& state) {
+    auto& w = chain_data(static_cast<int>(state.range(0)));
+    w.out = w.graph(w.x, w.y, w.z);  // warm the allocator's cache
+    for (auto _ : state) {
+        w.out = w.graph(w.x, w.y, w.z);
+        benchmark::ClobberMemory();
+    }
+    state.SetBytesProcessed(state.iterations() * n * 16);
+}
+
+// The CNN of examples/fashion_mnist (16 and 32 channels), in evaluation mode.
+auto make_cnn(dl::Context& ctx) {
+    return dl::nn::sequential{dl::nn::conv2d<float>(1, 16, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
+                              dl::nn::max_pool2d({.kernel = 2}),
+                              dl::nn::conv2d<float>(16, 32, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
+                              dl::nn::max_pool2d({.kernel = 2}), dl::nn::flatten{},
+                              dl::nn::linear<float>(32 * 7 * 7, 128, true, ctx), dl::nn::relu{},
+                              dl::nn::linear<float>(128, 10, true, ctx)};
+}
+using cnn_t = decltype(make_cnn(std::declval<dl::Context&>()));
+
+struct cnn_workload {
+    explicit cnn_workload(std::int64_t batch)
+        : ctx({.seed = 7}), model(make_cnn(ctx)), images(dl::uniform<float>({batch, 1, 28, 28}, 0, 1, ctx)) {
+        model.train(false);
+        graph.emplace(dl::graph::trace([this](const dl::Tensor<float>& x) { return model(x); }, images));
+        graph->optimize();
+    }
+    dl::Context ctx;
+    cnn_t model;
+    dl::Tensor<float> images;
+    std::optional<dl::graph::traced<dl::Tensor<float>>> graph;
+};
+
+cnn_workload& cnn_data(std::int64_t batch) {
+    static std::optional<cnn_workload> w;
+    if (!w) w.emplace(batch);
+    return *w;
+}
+
+template <class Run>
+void infer(benchmark::State& state, cnn_workload& w, Run&& run) {
+    dl::Tensor<float> logits = run();  // warm up: the allocator's cache, the executor's plan
+    logits = {};
+    auto& allocator = w.ctx.allocator();
+    const std::int64_t base = allocator.stats().bytes_in_use;
+    allocator.reset_peak();
+    for (auto _ : state) {
+        logits = run();
+        benchmark::DoNotOptimize(logits.data());
+        logits = {};
+    }
+    state.counters["peak_bytes"] = static_cast<double>(allocator.stats().peak_bytes_in_use - base);
+    state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+void cnn_infer_eager(benchmark::State& state) {
+    auto& w = cnn_data(state.range(0));
+    const dl::no_grad off(w.ctx);
+    infer(state, w, [&] { return dl::Tensor<float>(w.model(w.images)); });
+}
+
+void cnn_infer_graph(benchmark::State& state) {
+    auto& w = cnn_data(state.range(0));
+    infer(state, w, [&] { return (*w.graph)(w.images); });
+}
+
+}  // namespace
+
+BENCHMARK(triad)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(chain_fused)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(graph_chain_unfused_ops)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(cnn_infer_eager)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(cnn_infer_graph)->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();

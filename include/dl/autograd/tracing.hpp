@@ -1,0 +1,183 @@
+#pragma once
+// What an op tells a graph tracer (graph/trace.hpp). While a Context has a recorder attached, every op
+// with a kernel of its own describes what it just did: its name, its attributes, the tensors it read,
+// the tensor it made, and a kernel that runs the same op again on other tensors. That kernel calls the
+// op's own public function with recording paused, so a graph node is the op definition and not a second
+// implementation (DESIGN.md, principle 1). Ops composed of other ops need nothing: their parts record
+// themselves.
+#include <charconv>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "../core/tensor.hpp"
+#include "../expr/expression.hpp"
+
+namespace dl::autograd {
+
+/// A tensor of any element type (monostate: none).
+using any_tensor = std::variant<std::monostate, Tensor<float>, Tensor<double>, Tensor<bfloat16>, Tensor<float16>,
+                                Tensor<std::int32_t>, Tensor<std::int64_t>, Tensor<std::uint8_t>, Tensor<bool>>;
+
+enum class op_kind : std::uint8_t {
+    elementwise,  ///< one functor over broadcast operands; its kernel can write into a given buffer
+    view,         ///< shares its input's storage
+    pure,         ///< any other op whose result depends on its inputs and attributes alone
+    effectful,    ///< draws random numbers or updates state (dropout, batch_norm in training): never
+                  ///< folded, merged or removed
+};
+
+/// Runs the op on `inputs` (tensors in the order the record listed them). When `out` holds a tensor of
+/// the result's shape and dtype, an elementwise kernel writes into it; every other kernel sets `out`.
+using op_kernel = std::function<void(std::span<const any_tensor> inputs, any_tensor& out)>;
+
+struct op_record {
+    std::string name;
+    std::string attributes;  ///< as text: everything besides the inputs that the result depends on
+    op_kind kind = op_kind::pure;
+    std::vector<any_tensor> inputs;
+    any_tensor output;
+    op_kernel kernel;
+};
+
+/// Receives the ops of a Context while attached to it (Context::set_recorder).
+class recorder {
+public:
+    virtual ~recorder() = default;
+    virtual void record(op_record&& op) = 0;
+    /// Called before an op writes into existing elements at `data`: throws if they belong to a value
+    /// being traced (a graph is SSA: a traced value never changes once made).
+    virtual void check_write(const void* data, std::string_view op) const = 0;
+};
+
+/// Detaches ctx's recorder for its lifetime: an op runs its parts unrecorded, since it records itself.
+class recording_paused {
+public:
+    explicit recording_paused(Context& ctx) noexcept : ctx_(ctx), previous_(ctx.recorder()) { ctx.set_recorder(nullptr); }
+    recording_paused(const recording_paused&) = delete;
+    recording_paused& operator=(const recording_paused&) = delete;
+    ~recording_paused() { ctx_.set_recorder(previous_); }
+
+private:
+    Context& ctx_;
+    recorder* previous_;
+};
+
+namespace detail {
+
+inline void describe_value(std::ostream& os, double v) {
+    char buffer[32];
+    const auto end = std::to_chars(buffer, buffer + sizeof buffer, v).ptr;  // shortest exact form
+    os.write(buffer, end - buffer);
+}
+inline void describe_value(std::ostream& os, float v) {
+    char buffer[32];
+    const auto end = std::to_chars(buffer, buffer + sizeof buffer, v).ptr;
+    os.write(buffer, end - buffer);
+}
+template <class V>
+void describe_value(std::ostream& os, const V& v) {
+    if constexpr (std::is_same_v<V, bool>)
+        os << (v ? "true" : "false");
+    else if constexpr (std::is_enum_v<V>)
+        os << static_cast<int>(v);
+    else if constexpr (is_half_float<V>)
+        describe_value(os, static_cast<float>(v));
+    else
+        os << v;
+}
+
+inline void describe_pairs(std::ostream&) {}
+template <class V, class... Rest>
+void describe_pairs(std::ostream& os, std::string_view key, const V& value, const Rest&... rest) {
+    os << key << '=';
+    describe_value(os, value);
+    if constexpr (sizeof...(Rest) > 0) os << ", ";
+    describe_pairs(os, rest...);
+}
+
+/// Where a saved argument of a recorded op comes from when its kernel runs: a tensor is the input with
+/// this index (-1: a null tensor, such as an absent bias); anything else is kept by value.
+template <class A>
+struct argument_slot {
+    A value;
+    [[nodiscard]] const A& get(std::span<const any_tensor>) const { return value; }
+};
+template <class T>
+struct argument_slot<Tensor<T>> {
+    int input = -1;
+    [[nodiscard]] Tensor<T> get(std::span<const any_tensor> inputs) const {
+        return input < 0 ? Tensor<T>() : std::get<Tensor<T>>(inputs[static_cast<std::size_t>(input)]);
+    }
+};
+
+}  // namespace detail
+
+/// "key=value, key=value" for an op's attributes (floating values in their shortest exact form).
+template <class... KV>
+[[nodiscard]] std::string attributes(const KV&... kv) {
+    std::ostringstream os;
+    detail::describe_pairs(os, kv...);
+    return os.str();
+}
+
+/// The recorder of the first defined tensor among args, or null when nothing is traced.
+template <class... Args>
+[[nodiscard]] recorder* recorder_of(const Args&... args) noexcept {
+    recorder* r = nullptr;
+    auto one = [&]<class A>(const A& a) {
+        if constexpr (is_tensor_v<A>)
+            if (!r && a.defined()) r = a.context().recorder();
+    };
+    (one(args), ...);
+    return r;
+}
+
+/// Runs fn(args...) with recording paused and records it as one op named `name`. Tensor arguments
+/// become the op's inputs (null ones stay null); every other argument is saved by value for the kernel,
+/// which calls fn again. `attributes` must describe those saved arguments completely: passes merge ops
+/// with equal names, attributes and inputs.
+template <class F, class... Args>
+auto record_op(recorder& r, std::string name, std::string attributes, op_kind kind, F fn, const Args&... args)
+    -> std::invoke_result_t<F&, const Args&...> {
+    Context* ctx = nullptr;
+    auto find_context = [&]<class A>(const A& a) {
+        if constexpr (is_tensor_v<A>)
+            if (!ctx && a.defined()) ctx = &a.context();
+    };
+    (find_context(args), ...);
+    auto result = [&] {
+        const recording_paused pause(*ctx);
+        return fn(args...);
+    }();
+    op_record op{std::move(name), std::move(attributes), kind, {}, result, {}};
+    auto slot = [&]<class A>(const A& a) {
+        if constexpr (is_tensor_v<A>) {
+            detail::argument_slot<A> s;
+            if (a.defined()) {
+                s.input = static_cast<int>(op.inputs.size());
+                op.inputs.emplace_back(a);
+            }
+            return s;
+        } else {
+            return detail::argument_slot<A>{a};
+        }
+    };
+    // Braced initialisation runs the slots in order, so inputs are numbered left to right.
+    std::tuple<detail::argument_slot<Args>...> slots{slot(args)...};
+    op.kernel = [fn = std::move(fn), slots = std::move(slots)](std::span<const any_tensor> inputs, any_tensor& out) {
+        out = std::apply([&](const auto&... s) { return fn(s.get(inputs)...); }, slots);
+    };
+    r.record(std::move(op));
+    return result;
+}
+
+}  // namespace dl::autograd

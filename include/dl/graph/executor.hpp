@@ -1,0 +1,322 @@
+#pragma once
+// Runs a graph: the nodes a set of fetches needs (given the feeds), in one of two strategies. In order
+// runs one node at a time and lets each op spread its own loop over the Context's pool; parallel runs
+// ready nodes side by side on the pool (dependency counting), each op on one thread. Which is faster
+// depends on the model (wide graphs of small ops like the second); results are identical either way.
+// With a memory plan (passes.hpp) a value is freed after its last read, and planned elementwise ops
+// write into the input they replace.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "../autograd/node.hpp"
+#include "../prof/profiler.hpp"
+#include "ir.hpp"
+
+namespace dl::graph {
+
+enum class strategy : std::uint8_t { in_order, parallel };
+
+namespace detail {
+
+[[nodiscard]] inline DType dtype_of_any(const any_tensor& t) {
+    return std::visit(
+        []<class V>(const V&) {
+            if constexpr (std::is_same_v<V, std::monostate>)
+                return DType::float32;
+            else
+                return V::dtype();
+        },
+        t);
+}
+[[nodiscard]] inline const Shape& shape_of_any(const any_tensor& t) {
+    static const Shape none;
+    return std::visit(
+        []<class V>(const V& x) -> const Shape& {
+            if constexpr (std::is_same_v<V, std::monostate>)
+                return none;
+            else
+                return x.shape();
+        },
+        t);
+}
+/// A new tensor of dtype d (uninitialised).
+[[nodiscard]] inline any_tensor make_tensor(DType d, const Shape& shape, Context& ctx) {
+    switch (d) {
+        case DType::boolean: return Tensor<bool>(shape, ctx);
+        case DType::uint8: return Tensor<std::uint8_t>(shape, ctx);
+        case DType::int32: return Tensor<std::int32_t>(shape, ctx);
+        case DType::int64: return Tensor<std::int64_t>(shape, ctx);
+        case DType::float32: return Tensor<float>(shape, ctx);
+        case DType::float64: return Tensor<double>(shape, ctx);
+        case DType::bfloat16: return Tensor<bfloat16>(shape, ctx);
+        case DType::float16: return Tensor<float16>(shape, ctx);
+    }
+    return {};
+}
+/// Elements [begin, end) of t, flattened (t must be contiguous).
+[[nodiscard]] inline any_tensor flat_range(const any_tensor& t, std::int64_t begin, std::int64_t end) {
+    return std::visit(
+        [&]<class V>(const V& x) -> any_tensor {
+            if constexpr (std::is_same_v<V, std::monostate>)
+                return x;
+            else
+                return V::borrow(const_cast<typename V::value_type*>(x.data()) + begin, Shape{end - begin}, Strides{1},
+                                 x.context());
+        },
+        t);
+}
+[[nodiscard]] inline any_tensor contiguous_any(const any_tensor& t) {
+    return std::visit(
+        []<class V>(const V& x) -> any_tensor {
+            if constexpr (std::is_same_v<V, std::monostate>)
+                return x;
+            else
+                return x.contiguous();
+        },
+        t);
+}
+[[nodiscard]] inline bool is_contiguous_any(const any_tensor& t) {
+    return std::visit(
+        []<class V>(const V& x) {
+            if constexpr (std::is_same_v<V, std::monostate>)
+                return true;
+            else
+                return x.is_contiguous();
+        },
+        t);
+}
+
+/// Elements per tile of a fused node: the intermediates of one tile (64 KiB each for float) stay in L2,
+/// and the per-step setup is paid once per 16K elements.
+inline constexpr std::int64_t fused_tile = 16384;
+
+/// Runs a fused node: every step over one tile before the next tile, each worker of the pool taking a
+/// contiguous range of tiles. `out` may hold the buffer to write into.
+inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_tensor& out, Context& ctx) {
+    Shape shape;
+    for (const auto& in : inputs) shape = broadcast_shapes(shape, shape_of_any(in), n.op);
+    const std::int64_t numel = shape.numel();
+    if (shape_of_any(out) != shape || dtype_of_any(out) != n.steps.back().dtype || !is_contiguous_any(out))
+        out = make_tensor(n.steps.back().dtype, shape, ctx);
+    // Inputs of the full shape are read tile by tile; smaller ones (single elements) broadcast whole.
+    std::vector<any_tensor> sources(inputs.size());
+    std::vector<char> tiled(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        tiled[i] = shape_of_any(inputs[i]).numel() == numel && numel > 1;
+        sources[i] = tiled[i] ? contiguous_any(inputs[i]) : inputs[i];
+    }
+    const std::int64_t tiles = (numel + fused_tile - 1) / fused_tile;
+    const std::int64_t workers = std::min<std::int64_t>(tiles, serial_scope::active() ? 1 : ctx.concurrency());
+    ctx.parallel_for(workers, [&](std::int64_t w) {
+        const std::size_t steps = n.steps.size();
+        std::vector<any_tensor> buffers(steps - 1), results(steps);
+        for (std::size_t s = 0; s + 1 < steps; ++s) buffers[s] = make_tensor(n.steps[s].dtype, {fused_tile}, ctx);
+        std::vector<any_tensor> step_inputs;
+        for (std::int64_t t = w * tiles / workers; t < (w + 1) * tiles / workers; ++t) {
+            const std::int64_t begin = t * fused_tile, end = std::min(begin + fused_tile, numel);
+            for (std::size_t s = 0; s < steps; ++s) {
+                const fused_step& step = n.steps[s];
+                step_inputs.clear();
+                for (int i : step.inputs) {
+                    if (i < 0)
+                        step_inputs.push_back(results[static_cast<std::size_t>(-1 - i)]);
+                    else if (tiled[static_cast<std::size_t>(i)])
+                        step_inputs.push_back(flat_range(sources[static_cast<std::size_t>(i)], begin, end));
+                    else
+                        step_inputs.push_back(sources[static_cast<std::size_t>(i)]);
+                }
+                results[s] = s + 1 < steps ? flat_range(buffers[s], 0, end - begin) : flat_range(out, begin, end);
+                step.kernel(step_inputs, results[s]);
+            }
+        }
+    });
+}
+
+}  // namespace detail
+
+/// Runs graphs. It caches one plan per set of feeds and fetches; one run at a time.
+class executor {
+public:
+    /// Computes `fetches` (value ids) given `feeds` (value id, tensor): only the nodes those fetches
+    /// need, and none that make a fed value.
+    std::vector<any_tensor> run(const Graph& g, Context& ctx, std::span<const std::pair<int, any_tensor>> feeds,
+                                std::span<const int> fetches, strategy how) {
+        const plan& p = plan_for(g, feeds, fetches);
+        slots_.assign(g.values.size(), any_tensor{});
+        for (std::size_t id = 0; id < g.values.size(); ++id)
+            if (g.values[id].source == value_source::parameter || g.values[id].source == value_source::constant)
+                slots_[id] = g.values[id].data;
+        for (const auto& [id, t] : feeds) slots_[static_cast<std::size_t>(id)] = t;
+        const bool release = g.memory.planned;
+        remaining_ = std::vector<std::atomic<int>>(g.values.size());
+        for (std::size_t id = 0; id < g.values.size(); ++id) remaining_[id].store(p.uses[id], std::memory_order_relaxed);
+        const no_grad off(ctx);
+        try {
+            if (how == strategy::parallel && ctx.concurrency() > 1 && p.nodes.size() > 1)
+                run_parallel(g, ctx, p, release);
+            else
+                for (int n : p.nodes) execute(g, ctx, p, n, release, scratch_);
+        } catch (...) {
+            slots_.clear();
+            throw;
+        }
+        std::vector<any_tensor> results;
+        results.reserve(fetches.size());
+        for (int id : fetches) results.push_back(slots_[static_cast<std::size_t>(id)]);
+        slots_.clear();
+        return results;
+    }
+
+    /// Forgets the cached plans (after the graph changes).
+    void clear() { plans_.clear(); }
+
+private:
+    struct plan {
+        std::vector<int> nodes;                  ///< to run, in graph order
+        std::vector<int> uses;                   ///< per value: reads by planned nodes
+        std::vector<char> keep;                  ///< per value: never freed during a run
+        std::vector<int> pending;                ///< per planned node: inputs made by planned nodes
+        std::vector<std::vector<int>> consumers; ///< per planned node: planned nodes reading its output
+    };
+
+    const plan& plan_for(const Graph& g, std::span<const std::pair<int, any_tensor>> feeds, std::span<const int> fetches) {
+        std::pair<std::vector<int>, std::vector<int>> key;
+        for (const auto& f : feeds) key.first.push_back(f.first);
+        key.second.assign(fetches.begin(), fetches.end());
+        std::sort(key.first.begin(), key.first.end());
+        if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+
+        const std::size_t count = g.values.size();
+        std::vector<char> fed(count, 0), needed(count, 0), runs(g.nodes.size(), 0);
+        for (int id : key.first) {
+            if (id < 0 || static_cast<std::size_t>(id) >= count) dl::detail::fail("dl::graph::run: feed of %", id, ", which does not exist");
+            fed[static_cast<std::size_t>(id)] = 1;
+        }
+        std::vector<int> stack;
+        for (int id : key.second) {
+            if (id < 0 || static_cast<std::size_t>(id) >= count) dl::detail::fail("dl::graph::run: fetch of %", id, ", which does not exist");
+            stack.push_back(id);
+        }
+        while (!stack.empty()) {
+            const auto id = static_cast<std::size_t>(stack.back());
+            stack.pop_back();
+            if (needed[id]) continue;
+            needed[id] = 1;
+            const value& v = g.values[id];
+            if (fed[id] || v.source == value_source::parameter || v.source == value_source::constant) continue;
+            if (v.source == value_source::input)
+                dl::detail::fail("dl::graph::run: the fetches need input %", id, ", which is not fed");
+            runs[static_cast<std::size_t>(v.producer)] = 1;
+            for (int in : g.nodes[static_cast<std::size_t>(v.producer)].inputs) stack.push_back(in);
+        }
+        plan p;
+        p.uses.assign(count, 0);
+        p.keep.assign(count, 0);
+        std::vector<int> position(g.nodes.size(), -1);
+        for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i)
+            if (runs[static_cast<std::size_t>(i)]) {
+                position[static_cast<std::size_t>(i)] = static_cast<int>(p.nodes.size());
+                p.nodes.push_back(i);
+            }
+        p.pending.assign(p.nodes.size(), 0);
+        p.consumers.resize(p.nodes.size());
+        for (std::size_t k = 0; k < p.nodes.size(); ++k) {
+            const node& n = g.nodes[static_cast<std::size_t>(p.nodes[k])];
+            for (int in : n.inputs) {
+                ++p.uses[static_cast<std::size_t>(in)];
+                const value& v = g.values[static_cast<std::size_t>(in)];
+                if (v.source == value_source::node && !fed[static_cast<std::size_t>(in)]) {
+                    ++p.pending[k];
+                    p.consumers[static_cast<std::size_t>(position[static_cast<std::size_t>(v.producer)])].push_back(
+                        static_cast<int>(k));
+                }
+            }
+        }
+        for (std::size_t id = 0; id < count; ++id)
+            p.keep[id] = fed[id] || g.values[id].source != value_source::node;
+        for (int id : key.second) p.keep[static_cast<std::size_t>(id)] = 1;
+        return plans_.emplace(std::move(key), std::move(p)).first->second;
+    }
+
+    /// Runs planned node `index` of the graph, then frees the inputs it read last.
+    void execute(const Graph& g, Context& ctx, const plan& p, int index, bool release, std::vector<any_tensor>& inputs) {
+        const node& n = g.nodes[static_cast<std::size_t>(index)];
+        inputs.clear();
+        for (int in : n.inputs) inputs.push_back(slots_[static_cast<std::size_t>(in)]);
+        any_tensor out;
+        if (release && n.in_place >= 0) {
+            const auto reused = static_cast<std::size_t>(n.inputs[static_cast<std::size_t>(n.in_place)]);
+            if (!p.keep[reused] && remaining_[reused].load(std::memory_order_relaxed) == 1) out = slots_[reused];
+        }
+        {
+            const prof::op_scope scope(ctx, n.op.c_str());
+            if (n.fused())
+                detail::run_fused(n, inputs, out, ctx);
+            else
+                n.kernel(inputs, out);
+        }
+        slots_[static_cast<std::size_t>(n.output)] = std::move(out);
+        inputs.clear();
+        if (!release) return;
+        for (int in : n.inputs) {
+            const auto id = static_cast<std::size_t>(in);
+            if (remaining_[id].fetch_sub(1, std::memory_order_acq_rel) == 1 && !p.keep[id]) slots_[id] = {};
+        }
+    }
+
+    void run_parallel(const Graph& g, Context& ctx, const plan& p, bool release) {
+        std::vector<int> ready;
+        std::vector<std::atomic<int>> pending(p.nodes.size());
+        for (std::size_t k = 0; k < p.nodes.size(); ++k) {
+            pending[k].store(p.pending[k], std::memory_order_relaxed);
+            if (p.pending[k] == 0) ready.push_back(static_cast<int>(k));
+        }
+        std::mutex mutex;
+        std::condition_variable wake;
+        std::size_t done = 0;
+        std::exception_ptr error;
+        ctx.parallel_for(ctx.concurrency(), [&](std::int64_t) {
+            const serial_scope one_thread_per_op;
+            std::vector<any_tensor> inputs;
+            for (;;) {
+                int k;
+                {
+                    std::unique_lock lock(mutex);
+                    wake.wait(lock, [&] { return !ready.empty() || done == p.nodes.size() || error; });
+                    if (ready.empty() || error) return;
+                    k = ready.back();
+                    ready.pop_back();
+                }
+                try {
+                    execute(g, ctx, p, p.nodes[static_cast<std::size_t>(k)], release, inputs);
+                } catch (...) {
+                    std::lock_guard lock(mutex);
+                    if (!error) error = std::current_exception();
+                    ready.clear();
+                    wake.notify_all();
+                    return;
+                }
+                std::lock_guard lock(mutex);
+                ++done;
+                for (int c : p.consumers[static_cast<std::size_t>(k)])
+                    if (pending[static_cast<std::size_t>(c)].fetch_sub(1, std::memory_order_relaxed) == 1) ready.push_back(c);
+                wake.notify_all();
+            }
+        });
+        if (error) std::rethrow_exception(error);
+    }
+
+    std::map<std::pair<std::vector<int>, std::vector<int>>, plan> plans_;
+    std::vector<any_tensor> slots_;
+    std::vector<std::atomic<int>> remaining_;
+    std::vector<any_tensor> scratch_;
+};
+
+}  // namespace dl::graph
