@@ -78,6 +78,26 @@ TEST_CASE("conv2d matches the direct definition: stride, padding, dilation, grou
                randn({1, 4, 4, 2}), randn({2, 2, 2, 2}));
 }
 
+TEST_CASE("conv2d applies an activation in its epilogue, forward and backward") {
+    const auto x = randn({2, 3, 5, 4}), w = randn({4, 3, 3, 3}), b = randn({4});
+    const dl::conv2d_options plain{.padding = 1};
+    const auto reference = conv_reference(x, w, b, plain);
+    for (auto act : {dl::activation::relu, dl::activation::sigmoid, dl::activation::tanh, dl::activation::gelu}) {
+        CAPTURE(static_cast<int>(act));
+        dl::conv2d_options o = plain;
+        o.act = act;
+        dl::Tensor<double> expected;  // null: each assignment below allocates (a handle of reference would be written into)
+        switch (act) {
+            case dl::activation::relu: expected = dl::relu(reference); break;
+            case dl::activation::sigmoid: expected = dl::sigmoid(reference); break;
+            case dl::activation::tanh: expected = dl::tanh(reference); break;
+            default: expected = dl::gelu(reference); break;
+        }
+        CHECK(dl_test::same_elements(dl::conv2d(x, w, b, o), expected, 1e-12));
+        CHECK_GRAD([&](const auto& a, const auto& k, const auto& bb) { return dl::conv2d(a, k, bb, o); }, x, w, b);
+    }
+}
+
 TEST_CASE("conv2d rejects shapes that do not fit, naming them") {
     const auto x = randn({1, 3, 4, 4});
     CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, randn({2, 2, 3, 3})); }).find("[1, 3, 4, 4]") !=

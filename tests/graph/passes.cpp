@@ -109,6 +109,29 @@ TEST_CASE("graph passes: elementwise fusion makes one fused node of a chain, not
     CHECK(steps == std::vector<std::size_t>{2, 3, 3});
 }
 
+TEST_CASE("graph passes: epilogue fusion folds an activation into the product before it") {
+    dl::Context ctx({.seed = 2, .threads = 1});
+    const auto x = dl::uniform<float>({2, 1, 6, 6}, -1, 1, ctx);
+    dl::nn::conv2d<float> conv(1, 3, 3, {.padding = 1}, true, ctx);
+    dl::nn::linear<float> fc(3 * 6 * 6, 4, true, ctx), shared(3 * 6 * 6, 4, true, ctx);
+    auto f = graph::trace(
+        [&](const Tensor<float>& in) {
+            Tensor<float> activated = dl::relu(conv(in));
+            Tensor<float> features = activated.flatten(1);
+            Tensor<float> a = dl::sigmoid(fc(features));
+            Tensor<float> s = shared(features);  // read twice: its activation cannot fold
+            return Tensor<float>(a + dl::tanh(s) + s);
+        },
+        x);
+    const auto g = after_pass(f, graph::epilogue_fusion(), {x});
+    INFO(g.to_string());
+    CHECK(count_ops(g, "relu") == 0);
+    CHECK(count_ops(g, "sigmoid") == 0);
+    CHECK(count_ops(g, "tanh") == 1);
+    CHECK(g.to_string().find("conv2d(%0, %1, %2) {stride=1x1, padding=1x1, dilation=1x1, groups=1, act=1}") != std::string::npos);
+    CHECK(g.to_string().find("act=3}") != std::string::npos);  // the sigmoid, in fc
+}
+
 TEST_CASE("graph passes: memory planning frees at last use, reuses dying inputs, reports the peak") {
     dl::Context ctx({.seed = 2, .threads = 1});
     const auto x = dl::uniform<float>({64, 256}, -1, 1, ctx);
@@ -200,7 +223,7 @@ TEST_CASE("graph: DL_DEBUG=2 prints the pipeline and the graph after each pass")
     ::unsetenv("DL_DEBUG");
     const std::string log = captured.str();
     CHECK(log.find("dl::graph: pipeline common_subexpression_elimination constant_folding dead_code_elimination "
-                   "elementwise_fusion memory_planning") != std::string::npos);
+                   "epilogue_fusion elementwise_fusion memory_planning") != std::string::npos);
     CHECK(log.find("dl::graph: elementwise_fusion ") != std::string::npos);
     CHECK(log.find("fused(%0)") != std::string::npos);
 }

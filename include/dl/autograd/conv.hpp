@@ -23,6 +23,7 @@ struct extent2 {
 struct conv2d_options {
     extent2 stride = 1, padding = 0, dilation = 1;
     std::int64_t groups = 1;
+    activation act = activation::none;  ///< applied in the product's epilogue, after the bias
 };
 
 struct pool2d_options {
@@ -196,13 +197,23 @@ template <class T>
     using namespace autograd::detail;
     static_assert(is_floating_element<T>, "dl::conv2d: needs a floating tensor");
     if (auto* r = autograd::recorder_of(x, weight, bias))
-        return autograd::record_op(
+        return autograd::record_product(
             *r, "conv2d",
             autograd::attributes("stride", describe(o.stride), "padding", describe(o.padding), "dilation",
-                                 describe(o.dilation), "groups", o.groups),
-            autograd::op_kind::pure,
-            [](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b, conv2d_options opt) { return conv2d(in, w, b, opt); },
-            x, weight, bias, o);
+                                 describe(o.dilation), "groups", o.groups, "act", o.act),
+            o.act,
+            [o](activation a) {
+                conv2d_options with = o;
+                with.act = a;
+                return [with](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b) { return conv2d(in, w, b, with); };
+            },
+            x, weight, bias);
+    // gelu's gradient needs its input, which the epilogue does not keep: with gradients it runs apart.
+    if (o.act == activation::gelu && autograd::any_records(x, weight, bias)) {
+        conv2d_options plain = o;
+        plain.act = activation::none;
+        return gelu(conv2d(x, weight, bias, plain));
+    }
     check_images(x, "conv2d");
     if (weight.rank() != 4) detail::fail("dl::conv2d: expected weight [O, C/groups, kh, kw], got shape ", weight.shape());
     check_positive(o.stride, "conv2d", "stride");
@@ -250,7 +261,8 @@ template <class T>
                     gemm_into(y.slice(0, g * og, (g + 1) * og), w.slice(0, g * og, (g + 1) * og),
                               col.slice(0, g * rows, (g + 1) * rows),
                               dl::detail::gemm_epilogue<T>{.bias = b.defined() ? b.data() + g * og : nullptr,
-                                                           .bias_per_row = true});
+                                                           .bias_per_row = true,
+                                                           .act = o.act});
                 for (std::int64_t i = i0; i < i0 + per && per > 1; ++i)
                     for (std::int64_t o = 0; o < out_channels; ++o)
                         std::copy_n(y.data() + o * width + (i - i0) * plane, plane, out.data() + (i * out_channels + o) * plane);
@@ -260,9 +272,10 @@ template <class T>
     if (autograd::any_records(x, weight, bias))
         autograd::record(
             out,
-            [geo, groups](const Tensor<T>& grad, const Tensor<T>& in, const Tensor<T>& wt, const Tensor<T>& b) {
+            [geo, groups, act = o.act, y = out.detach()](const Tensor<T>& grad, const Tensor<T>& in, const Tensor<T>& wt,
+                                                         const Tensor<T>& b) {
                 const prof::op_scope scope(in.context(), "conv2d_backward");
-                const Tensor<T> g = grad.contiguous();
+                const Tensor<T> g = activation_grad(grad, y, act).contiguous();
                 const std::int64_t images = in.shape()[0], outs = wt.shape()[0], og = outs / groups;
                 const std::int64_t rows = geo.column_rows() / groups, cols = geo.column_cols();
                 Context& ctx = in.context();

@@ -183,11 +183,51 @@ template <class R, class Op, class... A>
     if constexpr (is_cast<Op>) pair("to", dtype_name(dtype_of<R>));
     int position = 0;
     auto scalar = [&]<class O>(const O& o) {
-        if constexpr (!is_tensor_v<O>) pair("s" + std::to_string(position), o.value);
+        if constexpr (!is_tensor_v<O>) {
+            os << separator << 's' << position << '=';
+            detail::describe_value(os, o.value);
+            separator = ", ";
+        }
         ++position;
     };
     (scalar(operands), ...);
     return os.str();
+}
+
+/// The device evaluator of one operand over a tile: a tensor operand reads its tile operand, a scalar
+/// is kept.
+template <class T>
+[[nodiscard]] dl::detail::leaf_eval<T> tile_eval(const argument_slot<Tensor<T>>& s, const tile_operand* inputs) {
+    const tile_operand& in = inputs[s.input];
+    return {static_cast<const T*>(in.data), Strides{in.broadcast ? 0 : 1}};
+}
+template <class T>
+[[nodiscard]] dl::detail::scalar_eval<T> tile_eval(const argument_slot<scalar_node<T>>& s, const tile_operand*) {
+    return {s.value.value};
+}
+
+/// op(operands...) into count elements at out, in the same row loop that evaluates expressions.
+template <class R, class Op, class... Slots>
+void run_tile(const Op& op, R* out, std::int64_t count, const tile_operand* inputs, const std::tuple<Slots...>& slots) {
+    using operand = typename fn_node<Op, std::remove_cvref_t<decltype(std::declval<Slots>().get({}))>...>::operand_type;
+    auto ev = std::apply(
+        [&](const auto&... s) {
+            return dl::detail::node_eval<Op, operand, decltype(tile_eval(s, inputs))...>{op, {tile_eval(s, inputs)...}};
+        },
+        slots);
+    const std::int64_t origin[1] = {0};
+    ev.seek(origin, 0);
+    using dl::detail::row_kernel;
+    if constexpr (dl::detail::vectorizes_into<decltype(ev), R>) {
+        bool broadcast = false;
+        ev.for_each_strides([&](const Strides& s) { broadcast = broadcast || s[0] == 0; });
+        if (broadcast)
+            dl::detail::run_row<row_kernel::simd_mixed>(out, 1, ev, 0, count);
+        else
+            dl::detail::run_row<row_kernel::simd_unit>(out, 1, ev, 0, count);
+    } else {
+        dl::detail::run_row<row_kernel::scalar>(out, 1, ev, 0, count);
+    }
 }
 
 /// Records e as one op per functor, innermost first, and returns its value: tracing (graph/) sees a
@@ -210,7 +250,10 @@ template <class Op, class... E>
     };
     return std::apply(
         [&](const auto&... a) {
-            op_record op{std::string(Op::name), functor_attributes<R>(n.op, a...), op_kind::elementwise, {}, {}, {}};
+            op_record op;
+            op.name = Op::name;
+            op.attributes = functor_attributes<R>(n.op, a...);
+            op.kind = op_kind::elementwise;
             Context* ctx = context_of(n);
             {
                 const recording_paused pause(ctx ? *ctx : default_context());
@@ -227,6 +270,9 @@ template <class Op, class... E>
                 }
             };
             std::tuple<detail::argument_slot<std::remove_cvref_t<decltype(a)>>...> slots{slot(a)...};
+            op.tile = [op = n.op, slots](const tile_operand* inputs, void* out, std::int64_t count) {
+                run_tile<R, Op>(op, static_cast<R*>(out), count, inputs, slots);
+            };
             op.kernel = [kernel, slots = std::move(slots)](std::span<const any_tensor> inputs, any_tensor& out) {
                 std::apply([&](const auto&... s) { kernel(out, s.get(inputs)...); }, slots);
             };

@@ -143,7 +143,9 @@ template <class T>
     if (parts.empty()) detail::fail("dl::cat: needs at least one tensor");
     const int d = wrap_dim(dim, parts[0].rank(), "cat");
     if (auto* r = parts[0].context().recorder()) {
-        autograd::op_record op{"cat", autograd::attributes("dim", d), autograd::op_kind::pure, {}, {}, {}};
+        autograd::op_record op;
+        op.name = "cat";
+        op.attributes = autograd::attributes("dim", d);
         {
             const autograd::recording_paused pause(parts[0].context());
             op.output = cat(parts, d);

@@ -114,10 +114,12 @@ template <class T>
     if (bias.defined() && (bias.rank() != 1 || bias.shape()[0] != weight.shape()[0]))
         detail::fail("dl::linear: bias of shape ", bias.shape(), " for a weight of shape ", weight.shape());
     if (auto* r = autograd::recorder_of(x, weight, bias))
-        return autograd::record_op(
-            *r, "linear", autograd::attributes("act", act), autograd::op_kind::pure,
-            [](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b, activation a) { return linear(in, w, b, a); },
-            x, weight, bias, act);
+        return autograd::record_product(
+            *r, "linear", autograd::attributes("act", act), act,
+            [](activation a) {
+                return [a](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b) { return linear(in, w, b, a); };
+            },
+            x, weight, bias);
     const bool records = is_floating_element<T> && autograd::any_records(x, weight, bias);
     if (records && act == activation::gelu) return gelu(linear(x, weight, bias));
     Tensor<T> out({x.shape()[0], weight.shape()[0]}, x.context());

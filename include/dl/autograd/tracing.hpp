@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../core/tensor.hpp"
+#include "../device/cpu/gemm.hpp"
 #include "../expr/expression.hpp"
 
 namespace dl::autograd {
@@ -39,6 +40,17 @@ enum class op_kind : std::uint8_t {
 /// the result's shape and dtype, an elementwise kernel writes into it; every other kernel sets `out`.
 using op_kernel = std::function<void(std::span<const any_tensor> inputs, any_tensor& out)>;
 
+/// An operand of an elementwise op over one tile of raw memory: `count` contiguous elements of the
+/// operand's dtype at data, or (broadcast) the one element at data.
+struct tile_operand {
+    const void* data;
+    bool broadcast;
+};
+/// An elementwise op over one tile: inputs in the record's input order, `count` results at out. The
+/// op's functor in the device's row loop, with no tensor bookkeeping, so a fused node can run small
+/// tiles that stay in L1.
+using tile_kernel = std::function<void(const tile_operand* inputs, void* out, std::int64_t count)>;
+
 struct op_record {
     std::string name;
     std::string attributes;  ///< as text: everything besides the inputs that the result depends on
@@ -46,6 +58,10 @@ struct op_record {
     std::vector<any_tensor> inputs;
     any_tensor output;
     op_kernel kernel;
+    tile_kernel tile;  ///< elementwise ops only
+    /// Ops with a GEMM epilogue (linear, conv2d): the kernel of the same op applying an activation in
+    /// it, so that a pass can fold a following activation op into the product.
+    std::function<op_kernel(activation)> with_activation;
 };
 
 /// Receives the ops of a Context while attached to it (Context::set_recorder).
@@ -141,12 +157,20 @@ template <class... Args>
     return r;
 }
 
-/// Runs fn(args...) with recording paused and records it as one op named `name`. Tensor arguments
-/// become the op's inputs (null ones stay null); every other argument is saved by value for the kernel,
-/// which calls fn again. `attributes` must describe those saved arguments completely: passes merge ops
-/// with equal names, attributes and inputs.
-template <class F, class... Args>
-auto record_op(recorder& r, std::string name, std::string attributes, op_kind kind, F fn, const Args&... args)
+namespace detail {
+
+/// A kernel calling fn with the saved arguments `slots` (tensors taken from the kernel's inputs).
+template <class F, class Slots>
+[[nodiscard]] op_kernel kernel_of(F fn, Slots slots) {
+    return [fn = std::move(fn), slots = std::move(slots)](std::span<const any_tensor> inputs, any_tensor& out) {
+        out = std::apply([&](const auto&... s) { return fn(s.get(inputs)...); }, slots);
+    };
+}
+
+struct no_epilogue {};
+
+template <class Epilogue, class F, class... Args>
+auto record_with(recorder& r, op_record op, const Epilogue& epilogue, F fn, const Args&... args)
     -> std::invoke_result_t<F&, const Args&...> {
     Context* ctx = nullptr;
     auto find_context = [&]<class A>(const A& a) {
@@ -158,26 +182,53 @@ auto record_op(recorder& r, std::string name, std::string attributes, op_kind ki
         const recording_paused pause(*ctx);
         return fn(args...);
     }();
-    op_record op{std::move(name), std::move(attributes), kind, {}, result, {}};
+    op.output = result;
     auto slot = [&]<class A>(const A& a) {
         if constexpr (is_tensor_v<A>) {
-            detail::argument_slot<A> s;
+            argument_slot<A> s;
             if (a.defined()) {
                 s.input = static_cast<int>(op.inputs.size());
                 op.inputs.emplace_back(a);
             }
             return s;
         } else {
-            return detail::argument_slot<A>{a};
+            return argument_slot<A>{a};
         }
     };
     // Braced initialisation runs the slots in order, so inputs are numbered left to right.
-    std::tuple<detail::argument_slot<Args>...> slots{slot(args)...};
-    op.kernel = [fn = std::move(fn), slots = std::move(slots)](std::span<const any_tensor> inputs, any_tensor& out) {
-        out = std::apply([&](const auto&... s) { return fn(s.get(inputs)...); }, slots);
-    };
+    std::tuple<argument_slot<Args>...> slots{slot(args)...};
+    if constexpr (!std::is_same_v<Epilogue, no_epilogue>)
+        op.with_activation = [epilogue, slots](activation act) { return kernel_of(epilogue(act), slots); };
+    op.kernel = kernel_of(std::move(fn), std::move(slots));
     r.record(std::move(op));
     return result;
+}
+
+}  // namespace detail
+
+/// Runs fn(args...) with recording paused and records it as one op named `name`. Tensor arguments
+/// become the op's inputs (null ones stay null); every other argument is saved by value for the kernel,
+/// which calls fn again. `attributes` must describe those saved arguments completely: passes merge ops
+/// with equal names, attributes and inputs.
+template <class F, class... Args>
+auto record_op(recorder& r, std::string name, std::string attributes, op_kind kind, F fn, const Args&... args)
+    -> std::invoke_result_t<F&, const Args&...> {
+    op_record op;
+    op.name = std::move(name);
+    op.attributes = std::move(attributes);
+    op.kind = kind;
+    return detail::record_with(r, std::move(op), detail::no_epilogue{}, std::move(fn), args...);
+}
+
+/// record_op for a product with a GEMM epilogue: fn_for(a) is the op applying activation a in the
+/// epilogue (its attributes are "act=<a>"); the product recorded is fn_for(act).
+template <class FnFor, class... Args>
+auto record_product(recorder& r, std::string name, std::string attributes, activation act, FnFor fn_for,
+                    const Args&... args) {
+    op_record op;
+    op.name = std::move(name);
+    op.attributes = std::move(attributes);
+    return detail::record_with(r, std::move(op), fn_for, fn_for(act), args...);
 }
 
 }  // namespace dl::autograd

@@ -39,8 +39,12 @@ void trace_view(recorder& r, const Tensor<T>& source, const Tensor<T>& view, con
         attributes << "shape=" << view.shape();
     else if (op.kind != view_op::copy)
         attributes << "args=" << op.args;
-    op_record record{std::string(names[op.kind]), attributes.str(), op.kind == view_op::copy ? op_kind::pure : op_kind::view,
-                     {source}, view, {}};
+    op_record record;
+    record.name = names[op.kind];
+    record.attributes = attributes.str();
+    record.kind = op.kind == view_op::copy ? op_kind::pure : op_kind::view;
+    record.inputs = {source};
+    record.output = view;
     record.kernel = [op, traced_in = source.shape(), traced_out = view.shape()](std::span<const any_tensor> inputs,
                                                                                 any_tensor& out) {
         const auto& x = std::get<Tensor<T>>(inputs[0]);

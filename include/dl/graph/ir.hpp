@@ -17,6 +17,8 @@ namespace dl::graph {
 using autograd::any_tensor;
 using autograd::op_kernel;
 using autograd::op_kind;
+using autograd::tile_kernel;
+using autograd::tile_operand;
 
 enum class value_source : std::uint8_t { input, parameter, constant, node };
 
@@ -40,7 +42,7 @@ struct fused_step {
     std::string attributes;
     std::vector<int> inputs;
     DType dtype;
-    op_kernel kernel;
+    tile_kernel tile;
 };
 
 struct node {
@@ -50,6 +52,8 @@ struct node {
     std::vector<int> inputs;  ///< value ids
     int output = -1;          ///< value id
     op_kernel kernel;         ///< null for a fused node
+    tile_kernel tile;         ///< elementwise nodes: the op over one tile of raw memory
+    std::function<op_kernel(activation)> with_activation;  ///< products: the kernel with an epilogue activation
     std::vector<fused_step> steps;  ///< a fused node: elementwise kernels run tile by tile, the last makes the output
     int in_place = -1;        ///< memory plan: the input position whose buffer the output may take over
 
@@ -179,6 +183,8 @@ struct Graph {
         for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
             const node& n = nodes[static_cast<std::size_t>(i)];
             check(n.fused() || static_cast<bool>(n.kernel), "node ", i, " (", n.op, ") has no kernel");
+            for (const fused_step& step : n.steps)
+                check(static_cast<bool>(step.tile), "node ", i, " (", n.op, ") has a step (", step.op, ") without a tile kernel");
             check(n.output >= 0 && n.output < count, "node ", i, " (", n.op, ") makes value %", n.output, ", which does not exist");
             const value& out = values[static_cast<std::size_t>(n.output)];
             check(out.source == value_source::node && out.producer == i, "%", n.output, " is not made by node ", i, " (",

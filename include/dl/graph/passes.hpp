@@ -195,7 +195,7 @@ void keep_nodes(Graph& g, Keep&& keep) {
                 std::vector<char> is_output(g.values.size(), 0);
                 for (int out : g.outputs) is_output[static_cast<std::size_t>(out)] = 1;
                 auto fusable = [&](const node& n) {
-                    if (n.kind != op_kind::elementwise || n.fused()) return false;
+                    if (n.kind != op_kind::elementwise || n.fused() || !n.tile) return false;
                     const Shape& shape = g.values[static_cast<std::size_t>(n.output)].shape;
                     return std::all_of(n.inputs.begin(), n.inputs.end(), [&](int in) {
                         const Shape& s = g.values[static_cast<std::size_t>(in)].shape;
@@ -240,7 +240,7 @@ void keep_nodes(Graph& g, Keep&& keep) {
                     std::map<int, int> step_of_value;  // interior value -> step
                     for (int member : members) {
                         node& n = g.nodes[static_cast<std::size_t>(member)];
-                        fused_step step{n.op, n.attributes, {}, g.values[static_cast<std::size_t>(n.output)].dtype, std::move(n.kernel)};
+                        fused_step step{n.op, n.attributes, {}, g.values[static_cast<std::size_t>(n.output)].dtype, std::move(n.tile)};
                         for (int in : n.inputs) {
                             if (auto it = step_of_value.find(in); it != step_of_value.end()) {
                                 step.inputs.push_back(-1 - it->second);
@@ -266,6 +266,39 @@ void keep_nodes(Graph& g, Keep&& keep) {
                 }
                 g.nodes = std::move(result);
                 g.reindex();
+            }};
+}
+
+/// Folds an activation op (relu, sigmoid, tanh, gelu) into the product before it (linear, conv2d) when
+/// the product has no activation yet and the activation is the only reader of its result: the product
+/// then applies it in its GEMM epilogue, in registers, instead of a second pass over the result.
+[[nodiscard]] inline pass epilogue_fusion() {
+    return {"epilogue_fusion", {"dead_code_elimination"}, {"elementwise_fusion", "memory_planning"}, [](Graph& g) {
+                const std::vector<int> uses = g.use_counts();
+                std::vector<char> keep(g.nodes.size(), 1);
+                for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+                    node& act = g.nodes[i];
+                    static constexpr std::pair<std::string_view, activation> foldable[] = {
+                        {"relu", activation::relu}, {"sigmoid", activation::sigmoid}, {"tanh", activation::tanh},
+                        {"gelu", activation::gelu}};
+                    const auto* match = std::find_if(std::begin(foldable), std::end(foldable),
+                                                     [&](const auto& f) { return f.first == act.op; });
+                    if (match == std::end(foldable) || act.kind != op_kind::elementwise || act.inputs.size() != 1 ||
+                        !act.attributes.empty())
+                        continue;
+                    const int in = act.inputs[0];
+                    const value& v = g.values[static_cast<std::size_t>(in)];
+                    if (v.source != value_source::node || uses[static_cast<std::size_t>(in)] != 1) continue;
+                    node& product = g.nodes[static_cast<std::size_t>(v.producer)];
+                    const std::string none = "act=" + std::to_string(static_cast<int>(activation::none));
+                    if (!product.with_activation || !product.attributes.ends_with(none)) continue;
+                    product.kernel = product.with_activation(match->second);
+                    product.attributes.replace(product.attributes.size() - none.size(), none.size(),
+                                               "act=" + std::to_string(static_cast<int>(match->second)));
+                    g.replace_uses(act.output, in);
+                    keep[i] = 0;
+                }
+                detail::keep_nodes(g, [&](int i) { return keep[static_cast<std::size_t>(i)] != 0; });
             }};
 }
 
@@ -330,12 +363,14 @@ void keep_nodes(Graph& g, Keep&& keep) {
             }};
 }
 
-/// The passes for running a trained model: merging, folding, dead code, fusion, memory planning.
+/// The passes for running a trained model: merging, folding, dead code, epilogue and elementwise
+/// fusion, memory planning.
 [[nodiscard]] inline pass_manager default_passes() {
     pass_manager m;
     m.add(common_subexpression_elimination())
         .add(constant_folding())
         .add(dead_code_elimination())
+        .add(epilogue_fusion())
         .add(elementwise_fusion())
         .add(memory_planning());
     return m;

@@ -66,7 +66,13 @@ public:
     }
 
     void record(autograd::op_record&& op) override {
-        node n{std::move(op.name), std::move(op.attributes), op.kind, {}, -1, std::move(op.kernel), {}, -1};
+        node n;
+        n.op = std::move(op.name);
+        n.attributes = std::move(op.attributes);
+        n.kind = op.kind;
+        n.kernel = std::move(op.kernel);
+        n.tile = std::move(op.tile);
+        n.with_activation = std::move(op.with_activation);
         bool batched = false;
         for (const auto& in : op.inputs) {
             const int id = value_for(in);
