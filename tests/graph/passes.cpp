@@ -109,6 +109,26 @@ TEST_CASE("graph passes: elementwise fusion makes one fused node of a chain, not
     CHECK(steps == std::vector<std::size_t>{2, 3, 3});
 }
 
+TEST_CASE("graph passes: fused chains of rank 0, of one element and of 16-bit floats") {
+    dl::Context ctx({.seed = 2, .threads = 2});
+    const auto x = dl::uniform<float>({3, 5}, -1, 1, ctx);
+    auto f = graph::trace(
+        [](const Tensor<float>& a) {
+            Tensor<float> total = dl::sum(a);  // rank 0
+            Tensor<float> first = a.slice(1, 0, 1).slice(0, 0, 1);  // [1, 1]
+            return std::tuple{Tensor<float>(dl::exp(total) * 2.0f + 1.0f), Tensor<float>(dl::tanh(first) * 3.0f - first)};
+        },
+        x);
+    const auto g = after_pass(f, graph::elementwise_fusion(), {x});
+    CHECK(count_ops(g, "fused") == 2);
+    const auto xb = dl::uniform<dl::bfloat16>({4, 1000}, -2, 2, ctx);
+    auto h = graph::trace([](const Tensor<dl::bfloat16>& a) { return Tensor<dl::bfloat16>(dl::sigmoid(a * 2.0f) - a); }, xb);
+    const Tensor<dl::bfloat16> before = h(xb);
+    h.optimize();
+    REQUIRE(count_ops(h.graph(), "fused") == 1);
+    CHECK(dl_test::same_elements(h(xb), before));  // the same steps, rounded the same way
+}
+
 TEST_CASE("graph passes: epilogue fusion folds an activation into the product before it") {
     dl::Context ctx({.seed = 2, .threads = 1});
     const auto x = dl::uniform<float>({2, 1, 6, 6}, -1, 1, ctx);

@@ -102,7 +102,8 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
     Shape shape;
     for (const auto& in : inputs) shape = broadcast_shapes(shape, shape_of_any(in), n.op);
     const std::int64_t numel = shape.numel();
-    if (shape_of_any(out) != shape || dtype_of_any(out) != n.steps.back().dtype || !is_contiguous_any(out))
+    if (out.index() == 0 || shape_of_any(out) != shape || dtype_of_any(out) != n.steps.back().dtype ||
+        !is_contiguous_any(out))
         out = make_tensor(n.steps.back().dtype, shape, ctx);
     // Inputs of the full shape are read tile by tile; smaller ones (single elements) broadcast whole.
     struct source {
@@ -185,7 +186,7 @@ public:
                 slots_[id] = g.values[id].data;
         for (const auto& [id, t] : feeds) slots_[static_cast<std::size_t>(id)] = t;
         const bool release = g.memory.planned;
-        remaining_ = std::vector<std::atomic<int>>(g.values.size());
+        if (remaining_.size() != g.values.size()) remaining_ = std::vector<std::atomic<int>>(g.values.size());
         for (std::size_t id = 0; id < g.values.size(); ++id) remaining_[id].store(p.uses[id], std::memory_order_relaxed);
         const no_grad off(ctx);
         try {
