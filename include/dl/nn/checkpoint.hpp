@@ -54,17 +54,6 @@ inline std::optional<DType> dtype_from_safetensors(std::string_view s) {
         if (safetensors_dtype(d) == s) return d;
     return std::nullopt;
 }
-inline std::int64_t dtype_bytes(DType d) {
-    switch (d) {
-        case DType::boolean:
-        case DType::uint8: return 1;
-        case DType::bfloat16:
-        case DType::float16: return 2;
-        case DType::int32:
-        case DType::float32: return 4;
-        default: return 8;
-    }
-}
 
 }  // namespace detail
 
@@ -166,7 +155,7 @@ private:
             bad("data_offsets must be two non-negative integers");
         s.begin = o[0].get<std::int64_t>();
         s.end = o[1].get<std::int64_t>();
-        if (s.end < s.begin || s.end - s.begin != s.shape.numel() * detail::dtype_bytes(s.dtype))
+        if (s.end < s.begin || s.end - s.begin != s.shape.numel() * static_cast<std::int64_t>(dtype_size(s.dtype)))
             bad("data_offsets do not span dtype size x the number of elements");
         return s;
     }
