@@ -30,9 +30,11 @@
 #include "autograd/linalg.hpp"
 #include "autograd/node.hpp"
 #include "autograd/normalization.hpp"
+#include "autograd/quantized.hpp"
 #include "autograd/reduce.hpp"
 #include "autograd/softmax.hpp"
 #include "autograd/views.hpp"
+#include "graph/inference.hpp"
 #include "graph/trace.hpp"
 
 #include "nn/attention.hpp"

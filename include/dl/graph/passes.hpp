@@ -118,11 +118,24 @@ void keep_nodes(Graph& g, Keep&& keep) {
     g.reindex();
 }
 
+/// Drops the constants and parameters that no node or output reads any more.
+inline void forget_unread(Graph& g) {
+    const std::vector<int> uses = g.use_counts();
+    for (std::size_t id = 0; id < g.values.size(); ++id) {
+        value& v = g.values[id];
+        if ((v.source == value_source::constant || v.source == value_source::parameter) && uses[id] == 0) {
+            v.source = value_source::node;  // unreferenced: made by no node
+            v.data = {};
+        }
+    }
+}
+
 [[nodiscard]] inline bool mergeable(const node& n) { return n.kind != op_kind::effectful && !n.fused(); }
 
 }  // namespace detail
 
-/// Removes the nodes no output needs (ops with effects stay) and the constants nothing reads.
+/// Removes the nodes no output needs (ops with effects stay) and the constants and parameters nothing
+/// reads.
 [[nodiscard]] inline pass dead_code_elimination() {
     return {"dead_code_elimination", {"common_subexpression_elimination", "constant_folding"}, {"memory_planning"},
             [](Graph& g) {
@@ -135,11 +148,7 @@ void keep_nodes(Graph& g, Keep&& keep) {
                     for (int in : n.inputs) live[static_cast<std::size_t>(in)] = 1;
                 }
                 detail::keep_nodes(g, [&](int i) { return keep[static_cast<std::size_t>(i)] != 0; });
-                for (std::size_t id = 0; id < g.values.size(); ++id)
-                    if (g.values[id].source == value_source::constant && !live[id]) {
-                        g.values[id].source = value_source::node;  // unreferenced: made by no node
-                        g.values[id].data = {};
-                    }
+                detail::forget_unread(g);
             }};
 }
 

@@ -18,124 +18,9 @@
 #include "executor.hpp"
 #include "ir.hpp"
 #include "passes.hpp"
+#include "tracer.hpp"
 
 namespace dl::graph {
-
-namespace detail {
-
-[[nodiscard]] inline const void* data_of_any(const any_tensor& t) {
-    return std::visit(
-        []<class V>(const V& x) -> const void* {
-            if constexpr (std::is_same_v<V, std::monostate>)
-                return nullptr;
-            else
-                return x.data();
-        },
-        t);
-}
-
-/// Records ops into a Graph while attached to a Context.
-class tracer final : public autograd::recorder {
-public:
-    tracer(Graph& g, Context& ctx) : graph_(g), ctx_(ctx) {}
-
-    int add_input(const any_tensor& t) {
-        if (value_of(t) >= 0) dl::detail::fail("dl::graph::trace: the same tensor is passed as two inputs");
-        value v{dtype_of_any(t), shape_of_any(t), shape_of_any(t).size() > 0, value_source::input, -1, {}};
-        const int id = graph_.add_value(std::move(v));
-        remember(t, id);
-        graph_.inputs.push_back(id);
-        return id;
-    }
-
-    /// The value a tensor is: traced already, or a new parameter or constant.
-    int value_for(const any_tensor& t) {
-        if (const int id = value_of(t); id >= 0) return id;
-        const bool parameter = std::visit(
-            []<class V>(const V& x) {
-                if constexpr (std::is_same_v<V, std::monostate>)
-                    return false;
-                else
-                    return x.requires_grad();
-            },
-            t);
-        value v{dtype_of_any(t), shape_of_any(t), false, parameter ? value_source::parameter : value_source::constant, -1, t};
-        const int id = graph_.add_value(std::move(v));
-        remember(t, id);
-        return id;
-    }
-
-    void record(autograd::op_record&& op) override {
-        node n;
-        n.op = std::move(op.name);
-        n.attributes = std::move(op.attributes);
-        n.kind = op.kind;
-        n.kernel = std::move(op.kernel);
-        n.tile = std::move(op.tile);
-        n.with_activation = std::move(op.with_activation);
-        bool batched = false;
-        for (const auto& in : op.inputs) {
-            const int id = value_for(in);
-            n.inputs.push_back(id);
-            batched = batched || graph_.values[static_cast<std::size_t>(id)].batched;
-        }
-        const Shape& shape = shape_of_any(op.output);
-        value v{dtype_of_any(op.output), shape, batched && shape.size() > 0 && shape[0] == graph_.batch, value_source::node,
-                static_cast<int>(graph_.nodes.size()), {}};
-        n.output = graph_.add_value(std::move(v));
-        remember(op.output, n.output);
-        graph_.nodes.push_back(std::move(n));
-    }
-
-    void check_write(const void* data, std::string_view op) const override {
-        const auto* p = static_cast<const std::byte*>(data);
-        for (const auto& [t, id] : examples_) {
-            const auto* begin = static_cast<const std::byte*>(data_of_any(t));
-            const auto bytes = static_cast<std::size_t>(graph_.values[static_cast<std::size_t>(id)].bytes());
-            if (begin && p >= begin && p < begin + bytes && graph_.values[static_cast<std::size_t>(id)].source != value_source::constant)
-                dl::detail::fail("dl::graph::trace: ", op, " into %", id,
-                                 ", a traced value: a graph value never changes once made; compute a new tensor instead");
-        }
-    }
-
-    [[nodiscard]] int value_of(const any_tensor& t) const {
-        auto it = ids_.find(key_of(t));
-        return it == ids_.end() ? -1 : it->second;
-    }
-
-private:
-    using key = std::tuple<const void*, DType, std::vector<std::int64_t>>;
-    [[nodiscard]] static key key_of(const any_tensor& t) {
-        std::vector<std::int64_t> layout;
-        std::visit(
-            [&]<class V>(const V& x) {
-                if constexpr (!std::is_same_v<V, std::monostate>) {
-                    for (auto e : x.shape()) layout.push_back(e);
-                    for (auto s : x.strides()) layout.push_back(s);
-                }
-            },
-            t);
-        return {data_of_any(t), dtype_of_any(t), std::move(layout)};
-    }
-    void remember(const any_tensor& t, int id) {
-        ids_[key_of(t)] = id;
-        // Holding every traced tensor keeps its block from being reused by a later tensor, which would
-        // then look like this value.
-        examples_.emplace_back(t, id);
-    }
-
-    Graph& graph_;
-    Context& ctx_;
-    std::map<key, int> ids_;
-    std::vector<std::pair<any_tensor, int>> examples_;
-};
-
-template <class T>
-[[nodiscard]] T output_as(const any_tensor& t) {
-    return std::get<T>(t);
-}
-
-}  // namespace detail
 
 /// A traced graph and what runs it. Not safe to run from two threads at once.
 class function {
@@ -244,7 +129,7 @@ template <class F, class... T>
     if (ctx.recorder()) dl::detail::fail("dl::graph::trace: the Context is already being traced");
     Graph g;
     g.batch = std::get<0>(std::tie(inputs...)).rank() > 0 ? std::get<0>(std::tie(inputs...)).shape()[0] : 0;
-    detail::tracer recorder(g, ctx);
+    detail::tracer recorder(g);
     (recorder.add_input(any_tensor(inputs)), ...);
     {
         ctx.set_recorder(&recorder);

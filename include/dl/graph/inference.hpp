@@ -1,0 +1,233 @@
+#pragma once
+// Passes that prepare a trained model for serving: conv + batch_norm folding and int8 post-training
+// quantization of linear nodes. Both take the parameters' values when they run: the rewritten graph
+// holds constants derived from them, so later training does not show in it (trace and optimise again).
+// Replacement nodes are recorded from the ops' public functions (splice), like traced ones.
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "../autograd/conv.hpp"
+#include "../autograd/quantized.hpp"
+#include "executor.hpp"
+#include "passes.hpp"
+#include "tracer.hpp"
+
+namespace dl::graph {
+
+namespace detail {
+
+/// The text of attribute `key` in a node's "key=value, key=value" attributes; empty when absent.
+[[nodiscard]] inline std::string_view attribute(const node& n, std::string_view key) {
+    std::string_view rest = n.attributes;
+    while (!rest.empty()) {
+        const std::size_t end = std::min(rest.find(", "), rest.size());
+        const std::string_view pair = rest.substr(0, end);
+        if (pair.size() > key.size() && pair.starts_with(key) && pair[key.size()] == '=') return pair.substr(key.size() + 1);
+        rest.remove_prefix(std::min(end + 2, rest.size()));
+    }
+    return {};
+}
+
+template <class V>
+[[nodiscard]] V parse_attribute(const node& n, std::string_view key) {
+    const std::string_view text = attribute(n, key);
+    V v{};
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || error != std::errc{} || end != text.data() + text.size())
+        dl::detail::fail("dl::graph: node ", n.op, " has no readable attribute ", key, " in {", n.attributes, "}");
+    return v;
+}
+
+/// "HxW" (autograd::detail::describe) back to an extent.
+[[nodiscard]] inline extent2 parse_extent(const node& n, std::string_view key) {
+    const std::string_view text = attribute(n, key);
+    const std::size_t x = text.find('x');
+    std::int64_t h = 0, w = 0;
+    const bool ok = x != std::string_view::npos &&
+                    std::from_chars(text.data(), text.data() + x, h).ptr == text.data() + x &&
+                    std::from_chars(text.data() + x + 1, text.data() + text.size(), w).ptr == text.data() + text.size();
+    if (!ok) dl::detail::fail("dl::graph: node ", n.op, " has no readable attribute ", key, " in {", n.attributes, "}");
+    return {h, w};
+}
+
+[[nodiscard]] inline bool is_fixed(const Graph& g, int id) {
+    const value_source s = g.values[static_cast<std::size_t>(id)].source;
+    return s == value_source::parameter || s == value_source::constant;
+}
+
+[[nodiscard]] inline Context& context_of(const any_tensor& t) {
+    return std::visit(
+        []<class V>(const V& x) -> Context& {
+            if constexpr (std::is_same_v<V, std::monostate>)
+                return default_context();
+            else
+                return x.context();
+        },
+        t);
+}
+
+/// Removes the nodes that make `outputs`.
+inline void remove_nodes_making(Graph& g, std::initializer_list<int> outputs) {
+    std::vector<node> kept;
+    for (auto& n : g.nodes)
+        if (std::find(outputs.begin(), outputs.end(), n.output) == outputs.end()) kept.push_back(std::move(n));
+    g.nodes = std::move(kept);
+    g.reindex();
+}
+
+/// Folds one inference batch_norm into the conv2d before it; false when there is none to fold.
+inline bool fold_one_batch_norm(Graph& g) {
+    const std::vector<int> uses = g.use_counts();
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+        const node& bn = g.nodes[i];
+        if (bn.op != "batch_norm" || bn.kind == op_kind::effectful || attribute(bn, "training") != "false") continue;
+        // x, running mean, running var, and weight and bias when both are present (with one of them
+        // absent the inputs do not say which).
+        if (bn.inputs.size() != 5 && bn.inputs.size() != 3) continue;
+        if (!std::all_of(bn.inputs.begin() + 1, bn.inputs.end(), [&](int id) { return is_fixed(g, id); })) continue;
+        const int x = bn.inputs[0];
+        const value& xv = g.values[static_cast<std::size_t>(x)];
+        if (xv.source != value_source::node || uses[static_cast<std::size_t>(x)] != 1 ||
+            std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end())
+            continue;
+        const std::size_t at = static_cast<std::size_t>(xv.producer);
+        const node& conv = g.nodes[at];
+        if (conv.op != "conv2d" || attribute(conv, "act") != "0" || conv.inputs.size() < 2 ||
+            !std::all_of(conv.inputs.begin() + 1, conv.inputs.end(), [&](int id) { return is_fixed(g, id); }))
+            continue;
+        const conv2d_options options{parse_extent(conv, "stride"), parse_extent(conv, "padding"),
+                                     parse_extent(conv, "dilation"), parse_attribute<std::int64_t>(conv, "groups")};
+        const double eps = parse_attribute<double>(bn, "eps");
+        const std::vector<int> conv_inputs = conv.inputs, bn_inputs = bn.inputs;
+        const int conv_out = conv.output, bn_out = bn.output;
+        const any_tensor& weight_data = g.values[static_cast<std::size_t>(conv_inputs[1])].data;
+        Context& ctx = context_of(weight_data);
+        const int folded = std::visit(
+            [&]<class W>(const W& weight) -> int {
+                if constexpr (std::is_same_v<W, std::monostate>) {
+                    dl::detail::fail("dl::graph::fold_batch_norm: conv2d without a weight tensor");
+                } else if constexpr (!is_floating_element<typename W::value_type>) {
+                    dl::detail::fail("dl::graph::fold_batch_norm: conv2d with a ", dtype_name(W::dtype()), " weight");
+                } else {
+                    using T = typename W::value_type;
+                    const no_grad off(ctx);
+                    auto fixed = [&](int id) { return std::get<Tensor<T>>(g.values[static_cast<std::size_t>(id)].data).detach(); };
+                    const std::int64_t channels = weight.shape()[0];
+                    const Tensor<T> mean = fixed(bn_inputs[1]), var = fixed(bn_inputs[2]);
+                    const Tensor<T> gamma = bn_inputs.size() == 5 ? fixed(bn_inputs[3]) : ones<T>({channels}, ctx);
+                    const Tensor<T> beta = bn_inputs.size() == 5 ? fixed(bn_inputs[4]) : zeros<T>({channels}, ctx);
+                    const Tensor<T> bias = conv_inputs.size() == 3 ? fixed(conv_inputs[2]) : zeros<T>({channels}, ctx);
+                    // bn(conv(x, w) + b) = conv(x, w·s) + (b − mean)·s + beta, with s = gamma / √(var + eps)
+                    const Tensor<T> scale = gamma * rsqrt(var + T(eps));
+                    const Tensor<T> folded_weight = weight.detach() * scale.reshape({channels, 1, 1, 1});
+                    const Tensor<T> folded_bias = (bias - mean) * scale + beta;
+                    const Tensor<T> example = zeros<T>(g.values[static_cast<std::size_t>(conv_inputs[0])].shape, ctx);
+                    const std::pair<int, any_tensor> bound[] = {{conv_inputs[0], example}};
+                    return splice(g, at, ctx, bound, [&] { return conv2d(example, folded_weight, folded_bias, options); });
+                }
+            },
+            weight_data);
+        g.replace_uses(bn_out, folded);
+        remove_nodes_making(g, {conv_out, bn_out});
+        return true;
+    }
+    return false;
+}
+
+}  // namespace detail
+
+/// Folds each inference batch_norm (training=false, statistics and affine parameters fixed) that alone
+/// reads a conv2d without an activation into that conv2d's weight and bias: one op instead of two and
+/// no pass over the conv's output. The folded weight and bias are constants computed when the pass runs.
+[[nodiscard]] inline pass fold_batch_norm() {
+    return {"fold_batch_norm", {}, {"epilogue_fusion", "memory_planning"}, [](Graph& g) {
+                while (detail::fold_one_batch_norm(g)) {
+                }
+                detail::forget_unread(g);
+            }};
+}
+
+/// int8 post-training quantization of the float32 linear nodes whose weight (and bias) are parameters
+/// or constants. The graph runs on each calibration batch (one tensor per graph input, a few batches of
+/// real data); the range each linear's input takes over them sets its uint8 quantization, and its
+/// weight is quantized per output channel (int8_weight). The node becomes quantized_linear, which runs
+/// the int8 GEMM. Weights are quantized when the pass runs.
+[[nodiscard]] inline pass quantize_int8(std::vector<std::vector<any_tensor>> calibration) {
+    return {"quantize_int8", {"epilogue_fusion"}, {"memory_planning"}, [calibration = std::move(calibration)](Graph& g) {
+                std::vector<std::size_t> candidates;
+                for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+                    const node& n = g.nodes[i];
+                    if (n.op == "linear" && g.values[static_cast<std::size_t>(n.output)].dtype == DType::float32 &&
+                        std::all_of(n.inputs.begin() + 1, n.inputs.end(), [&](int id) { return detail::is_fixed(g, id); }))
+                        candidates.push_back(i);
+                }
+                if (candidates.empty()) return;
+                if (calibration.empty()) dl::detail::fail("dl::graph::quantize_int8: needs at least one calibration batch");
+                std::vector<int> fetches;
+                for (std::size_t i : candidates) fetches.push_back(g.nodes[i].inputs[0]);
+                std::vector<float> lo(fetches.size(), std::numeric_limits<float>::infinity()), hi(fetches.size(), -lo[0]);
+                Context* ctx = nullptr;
+                executor run;
+                for (std::size_t b = 0; b < calibration.size(); ++b) {
+                    const auto& batch = calibration[b];
+                    if (batch.size() != g.inputs.size())
+                        dl::detail::fail("dl::graph::quantize_int8: calibration batch ", b, " has ", batch.size(),
+                                         " tensors for a graph of ", g.inputs.size(), " inputs");
+                    std::vector<std::pair<int, any_tensor>> feeds;
+                    for (std::size_t k = 0; k < batch.size(); ++k) {
+                        const value& v = g.values[static_cast<std::size_t>(g.inputs[k])];
+                        if (detail::dtype_of_any(batch[k]) != v.dtype || detail::shape_of_any(batch[k]).size() != v.shape.size())
+                            dl::detail::fail("dl::graph::quantize_int8: calibration batch ", b, " input ", k, " is not ",
+                                             g.describe_type(g.inputs[k]));
+                        feeds.emplace_back(g.inputs[k], batch[k]);
+                    }
+                    ctx = &detail::context_of(batch.at(0));
+                    const auto seen = run.run(g, *ctx, feeds, fetches, strategy::in_order);
+                    for (std::size_t f = 0; f < seen.size(); ++f) {
+                        const Tensor<float> t = std::get<Tensor<float>>(seen[f]).contiguous();
+                        for (std::int64_t e = 0; e < t.numel(); ++e) {
+                            const float x = t.data()[e];
+                            if (!std::isfinite(x))
+                                dl::detail::fail("dl::graph::quantize_int8: %", fetches[f], ", the input of a linear, holds ", x,
+                                                 " in calibration batch ", b, ": only finite ranges quantize");
+                            lo[f] = std::min(lo[f], x);
+                            hi[f] = std::max(hi[f], x);
+                        }
+                    }
+                }
+                // Last first: a splice before node i moves only the nodes from i on.
+                for (std::size_t c = candidates.size(); c-- > 0;) {
+                    const node& n = g.nodes[candidates[c]];
+                    const int in = n.inputs[0], out = n.output;
+                    const auto act = static_cast<activation>(detail::parse_attribute<int>(n, "act"));
+                    const auto weight = std::make_shared<const int8_weight>(
+                        std::get<Tensor<float>>(g.values[static_cast<std::size_t>(n.inputs[1])].data));
+                    const Tensor<float> bias =
+                        n.inputs.size() == 3 ? std::get<Tensor<float>>(g.values[static_cast<std::size_t>(n.inputs[2])].data) : Tensor<float>();
+                    const int bias_id = n.inputs.size() == 3 ? n.inputs[2] : -1;
+                    // No element seen (empty batches): nothing to calibrate with, and 0 is exact anyway.
+                    const affine_quantization q = lo[c] <= hi[c] ? affine_quantization::covering(lo[c], hi[c]) : affine_quantization{};
+                    const Tensor<float> example = zeros<float>(g.values[static_cast<std::size_t>(in)].shape, *ctx);
+                    std::vector<std::pair<int, any_tensor>> bound{{in, example}};
+                    if (bias_id >= 0) bound.emplace_back(bias_id, bias);
+                    const int quantized = splice(g, candidates[c], *ctx, bound,
+                                                 [&] { return quantized_linear(example, weight, bias, q, act); });
+                    g.replace_uses(out, quantized);
+                    detail::remove_nodes_making(g, {out});
+                }
+                detail::forget_unread(g);
+            }};
+}
+
+/// default_passes() with batch_norm folding: for a trained model in evaluation mode.
+[[nodiscard]] inline pass_manager inference_passes() {
+    pass_manager m = default_passes();
+    m.add(fold_batch_norm());
+    return m;
+}
+
+}  // namespace dl::graph

@@ -1,0 +1,147 @@
+#pragma once
+// The recorder that builds a Graph from the ops a Context runs (autograd/tracing.hpp), and splice(),
+// which passes use to build replacement nodes the same way: by running the ops' own public functions
+// while recording, so a rewritten graph holds op definitions too (DESIGN.md, principle 1).
+#include <algorithm>
+#include <map>
+#include <span>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "../autograd/node.hpp"
+#include "executor.hpp"
+#include "ir.hpp"
+
+namespace dl::graph {
+
+namespace detail {
+
+/// Records ops into a Graph while attached to a Context.
+class tracer final : public autograd::recorder {
+public:
+    explicit tracer(Graph& g) : graph_(g) {}
+
+    int add_input(const any_tensor& t) {
+        if (value_of(t) >= 0) dl::detail::fail("dl::graph::trace: the same tensor is passed as two inputs");
+        value v{dtype_of_any(t), shape_of_any(t), shape_of_any(t).size() > 0, value_source::input, -1, {}};
+        const int id = graph_.add_value(std::move(v));
+        remember(t, id);
+        graph_.inputs.push_back(id);
+        return id;
+    }
+
+    /// Makes t stand for the existing value id (splice).
+    void bind(const any_tensor& t, int id) { remember(t, id); }
+
+    /// The value a tensor is: traced already, or a new parameter or constant.
+    int value_for(const any_tensor& t) {
+        if (const int id = value_of(t); id >= 0) return id;
+        const bool parameter = std::visit(
+            []<class V>(const V& x) {
+                if constexpr (std::is_same_v<V, std::monostate>)
+                    return false;
+                else
+                    return x.requires_grad();
+            },
+            t);
+        value v{dtype_of_any(t), shape_of_any(t), false, parameter ? value_source::parameter : value_source::constant, -1, t};
+        const int id = graph_.add_value(std::move(v));
+        remember(t, id);
+        return id;
+    }
+
+    void record(autograd::op_record&& op) override {
+        node n;
+        n.op = std::move(op.name);
+        n.attributes = std::move(op.attributes);
+        n.kind = op.kind;
+        n.kernel = std::move(op.kernel);
+        n.tile = std::move(op.tile);
+        n.with_activation = std::move(op.with_activation);
+        bool batched = false;
+        for (const auto& in : op.inputs) {
+            const int id = value_for(in);
+            n.inputs.push_back(id);
+            batched = batched || graph_.values[static_cast<std::size_t>(id)].batched;
+        }
+        const Shape& shape = shape_of_any(op.output);
+        value v{dtype_of_any(op.output), shape, batched && shape.size() > 0 && shape[0] == graph_.batch, value_source::node,
+                static_cast<int>(graph_.nodes.size()), {}};
+        n.output = graph_.add_value(std::move(v));
+        remember(op.output, n.output);
+        graph_.nodes.push_back(std::move(n));
+    }
+
+    void check_write(const void* data, std::string_view op) const override {
+        const auto* p = static_cast<const std::byte*>(data);
+        for (const auto& [t, id] : examples_) {
+            const auto* begin = static_cast<const std::byte*>(bytes_of_any(t));
+            const auto bytes = static_cast<std::size_t>(graph_.values[static_cast<std::size_t>(id)].bytes());
+            if (begin && p >= begin && p < begin + bytes && graph_.values[static_cast<std::size_t>(id)].source != value_source::constant)
+                dl::detail::fail("dl::graph::trace: ", op, " into %", id,
+                                 ", a traced value: a graph value never changes once made; compute a new tensor instead");
+        }
+    }
+
+    [[nodiscard]] int value_of(const any_tensor& t) const {
+        auto it = ids_.find(key_of(t));
+        return it == ids_.end() ? -1 : it->second;
+    }
+
+private:
+    using key = std::tuple<const void*, DType, std::vector<std::int64_t>>;
+    [[nodiscard]] static key key_of(const any_tensor& t) {
+        std::vector<std::int64_t> layout;
+        std::visit(
+            [&]<class V>(const V& x) {
+                if constexpr (!std::is_same_v<V, std::monostate>) {
+                    for (auto e : x.shape()) layout.push_back(e);
+                    for (auto s : x.strides()) layout.push_back(s);
+                }
+            },
+            t);
+        return {bytes_of_any(t), dtype_of_any(t), std::move(layout)};
+    }
+    void remember(const any_tensor& t, int id) {
+        ids_[key_of(t)] = id;
+        // Holding every traced tensor keeps its block from being reused by a later tensor, which would
+        // then look like this value.
+        examples_.emplace_back(t, id);
+    }
+
+    Graph& graph_;
+    std::map<key, int> ids_;
+    std::vector<std::pair<any_tensor, int>> examples_;
+};
+
+}  // namespace detail
+
+/// Records what make() executes as new nodes of g, placed before node `at`. Each bound tensor stands for
+/// the value it is paired with (make reads it as that value; its contents do not matter, only its type);
+/// tensors make reads that are not bound become constants, or parameters when they require grad. Returns
+/// the value make's result is. Passes build replacement nodes this way, from the ops' public functions.
+template <class Make>
+int splice(Graph& g, std::size_t at, Context& ctx, std::span<const std::pair<int, any_tensor>> bound, Make&& make) {
+    if (ctx.recorder()) dl::detail::fail("dl::graph::splice: the Context is being traced");
+    const std::size_t first = g.nodes.size();
+    detail::tracer recorder(g);
+    for (const auto& [id, t] : bound) recorder.bind(t, id);
+    any_tensor result;
+    {
+        ctx.set_recorder(&recorder);
+        struct detach {
+            Context& ctx;
+            ~detach() { ctx.set_recorder(nullptr); }
+        } detach_on_exit{ctx};
+        const no_grad off(ctx);
+        result = any_tensor(make());
+    }
+    const int id = recorder.value_for(result);
+    std::rotate(g.nodes.begin() + static_cast<std::ptrdiff_t>(at), g.nodes.begin() + static_cast<std::ptrdiff_t>(first),
+                g.nodes.end());
+    g.reindex();
+    return id;
+}
+
+}  // namespace dl::graph
