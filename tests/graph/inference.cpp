@@ -251,3 +251,75 @@ TEST_CASE("graph passes: batch_norm is not folded in training, or when something
     CHECK(count_ops(shared.graph(), "batch_norm") == 1);
     CHECK(dl_test::same_elements(shared(x), before, 0));
 }
+
+TEST_CASE("graph passes: magnitude pruning zeroes the smallest weights of each product, and fine-tuning keeps them zero") {
+    dl::Context ctx({.seed = 10, .threads = 1});
+    dl::nn::sequential model{dl::nn::linear<float>(12, 10, true, ctx), dl::nn::relu{}, dl::nn::linear<float>(10, 3, true, ctx)};
+    const Tensor<float> w1 = model.get<0>().weight.clone();  // the weights before pruning
+    const Tensor<float> x = dl::uniform<float>({6, 12}, -1, 1, ctx);
+    auto f = graph::trace([&](const Tensor<float>& in) { return model(in); }, x);
+    graph::pruning pruned;
+    f.optimize(just(graph::prune_magnitude(0.4, pruned)));
+    CHECK(pruned.weights() == 2);
+    CHECK(pruned.zeroed() == 48 + 12);  // round(0.4 · 120) + round(0.4 · 30)
+    CHECK(pruned.elements() == 150);
+    // Exactly the 48 smallest magnitudes of the first weight are zero now; the rest are untouched.
+    std::vector<float> magnitudes;
+    for (std::int64_t i = 0; i < w1.numel(); ++i) magnitudes.push_back(std::abs(w1.data()[i]));
+    std::sort(magnitudes.begin(), magnitudes.end());
+    const Tensor<float>& w = model.get<0>().weight;
+    int zeros = 0;
+    for (std::int64_t i = 0; i < w.numel(); ++i) {
+        if (w.data()[i] == 0) {
+            ++zeros;
+            CHECK(std::abs(w1.data()[i]) <= magnitudes[47]);
+        } else {
+            CHECK(w.data()[i] == w1.data()[i]);
+        }
+    }
+    CHECK(zeros == 48);
+    {
+        dl::no_grad off(ctx);
+        CHECK(dl_test::same_elements(f(x), model(x), 1e-6));  // the graph reads the pruned parameters
+    }
+    // Fine-tuning: the optimizer moves pruned weights; the after-step hook zeroes them again.
+    dl::nn::adam<float> opt(dl::nn::parameters(model), {.lr = 1e-2});
+    const Tensor<std::int64_t> y = dl::full<std::int64_t>({6}, 1, ctx);
+    for (int step = 0; step < 3; ++step) {
+        auto loss = dl::nn::cross_entropy(model(x), y);
+        loss.backward();
+        opt.step();
+        opt.zero_grad();
+        pruned.reapply();
+    }
+    int still_zero = 0;
+    for (std::int64_t i = 0; i < w.numel(); ++i) still_zero += w.data()[i] == 0;
+    CHECK(still_zero == 48);
+    CHECK_FALSE(dl_test::same_elements(w, w1, 0));  // and the rest did train
+    CHECK_THROWS_WITH_AS((void)graph::prune_magnitude(1.5, pruned), doctest::Contains("amount must be in [0, 1]"), dl::error);
+}
+
+TEST_CASE("graph passes: channel pruning zeroes whole output channels with the smallest norms") {
+    dl::Context ctx({.seed = 11, .threads = 1});
+    const Tensor<float> x = dl::uniform<float>({2, 2, 6, 6}, -1, 1, ctx);
+    Tensor<float> w = dl::uniform<float>({4, 2, 3, 3}, -1, 1, ctx).requires_grad_();
+    Tensor<float> b = dl::uniform<float>({4}, 0.5f, 1, ctx).requires_grad_();
+    {
+        dl::no_grad off(ctx);
+        for (std::int64_t i = 0; i < 18; ++i) w.data()[2 * 18 + i] *= 0.01f;  // channel 2: the smallest norm
+    }
+    auto f = graph::trace([&](const Tensor<float>& in) { return dl::relu(dl::conv2d(in, w, b)); }, x);
+    graph::pruning pruned;
+    f.optimize(just(graph::prune_channels(0.25, pruned)));
+    CHECK(pruned.zeroed() == 18 + 1);  // one channel of the weight, and its bias
+    for (std::int64_t c = 0; c < 4; ++c) {
+        bool all_zero = true;
+        for (std::int64_t i = 0; i < 18; ++i) all_zero = all_zero && w.data()[c * 18 + i] == 0;
+        CHECK(all_zero == (c == 2));
+        CHECK((b.data()[c] == 0) == (c == 2));
+    }
+    const Tensor<float> out = f(x);
+    for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t i = 0; i < 4; ++i)
+            for (std::int64_t j = 0; j < 4; ++j) CHECK(out.at(n, 2, i, j) == 0);
+}

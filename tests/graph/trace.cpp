@@ -112,6 +112,37 @@ TEST_CASE("graph: every layer traced equals eager, at another batch size, optimi
     }
 }
 
+TEST_CASE("graph: recurrent layers and losses traced equal eager") {
+    dl::Context ctx({.seed = 6, .threads = 1});
+    SUBCASE("lstm and gru, at the traced batch size (their zero initial state is a constant of that size)") {
+        dl::nn::lstm<float> lstm(3, 4, ctx);
+        check_traced([&](const Tensor<float>& x) { return lstm(x).output; }, dl::uniform<float>({2, 5, 3}, -1, 1, ctx), 2);
+        dl::nn::gru<float> gru(3, 4, ctx);
+        check_traced([&](const Tensor<float>& x) { return gru(x).output; }, dl::uniform<float>({2, 5, 3}, -1, 1, ctx), 2);
+    }
+    SUBCASE("cross_entropy and nll_loss record themselves, the targets an input of the graph") {
+        dl::nn::linear<float> head(6, 4, true, ctx);
+        auto loss = [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) {
+            const Tensor<float> scores = head(x);
+            return Tensor<float>(dl::nn::cross_entropy(scores, y, {.label_smoothing = 0.1}) +
+                                 dl::nn::nll_loss(dl::log_softmax(scores, 1), y, dl::nn::reduction::sum));
+        };
+        const Tensor<float> x = dl::uniform<float>({5, 6}, -1, 1, ctx);
+        Tensor<std::int64_t> y({5}, ctx);
+        for (std::int64_t i = 0; i < 5; ++i) y(i) = i % 4;
+        auto g = dl::graph::trace(loss, x, y);
+        const std::string text = g.to_string();
+        CAPTURE(text);
+        CHECK(text.find("cross_entropy(") != std::string::npos);
+        CHECK(text.find("nll_loss(") != std::string::npos);
+        const Tensor<float> other = dl::uniform<float>({9, 6}, -1, 1, ctx);
+        Tensor<std::int64_t> labels({9}, ctx);
+        for (std::int64_t i = 0; i < 9; ++i) labels(i) = (i * 3) % 4;
+        g.optimize();
+        CHECK(dl_test::same_elements(g(other, labels), loss(other, labels), 1e-5));
+    }
+}
+
 TEST_CASE("graph: parameters are held by reference, so updates show in the next run") {
     dl::Context ctx({.seed = 1, .threads = 1});
     dl::nn::linear<float> layer(3, 2, true, ctx);

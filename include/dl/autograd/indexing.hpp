@@ -6,6 +6,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -135,6 +136,27 @@ template <class T>
     return std::any_of(parts.begin(), parts.end(), [](const Tensor<T>& t) { return records(t); });
 }
 
+/// Records an op over a list of tensors along dimension d (cat, stack): its kernel calls fn(list, d).
+template <class T, class F>
+[[nodiscard]] Tensor<T> record_list(recorder& r, std::string name, int d, const std::vector<Tensor<T>>& parts, F fn) {
+    op_record op;
+    op.name = std::move(name);
+    op.attributes = attributes("dim", d);
+    {
+        const recording_paused pause(parts[0].context());
+        op.output = fn(parts, d);
+    }
+    op.inputs.assign(parts.begin(), parts.end());
+    op.kernel = [d, fn](std::span<const any_tensor> inputs, any_tensor& out) {
+        std::vector<Tensor<T>> list;
+        for (const auto& in : inputs) list.push_back(std::get<Tensor<T>>(in));
+        out = fn(list, d);
+    };
+    Tensor<T> result = std::get<Tensor<T>>(op.output);
+    r.record(std::move(op));
+    return result;
+}
+
 }  // namespace autograd::detail
 
 /// The tensors joined along dim; every other extent must agree.
@@ -142,24 +164,8 @@ template <class T>
 [[nodiscard]] Tensor<T> cat(const std::vector<Tensor<T>>& parts, std::int64_t dim = 0) {
     if (parts.empty()) detail::fail("dl::cat: needs at least one tensor");
     const int d = wrap_dim(dim, parts[0].rank(), "cat");
-    if (auto* r = parts[0].context().recorder()) {
-        autograd::op_record op;
-        op.name = "cat";
-        op.attributes = autograd::attributes("dim", d);
-        {
-            const autograd::recording_paused pause(parts[0].context());
-            op.output = cat(parts, d);
-        }
-        op.inputs.assign(parts.begin(), parts.end());
-        op.kernel = [d](std::span<const autograd::any_tensor> inputs, autograd::any_tensor& out) {
-            std::vector<Tensor<T>> list;
-            for (const auto& in : inputs) list.push_back(std::get<Tensor<T>>(in));
-            out = cat(list, d);
-        };
-        Tensor<T> result = std::get<Tensor<T>>(op.output);
-        r->record(std::move(op));
-        return result;
-    }
+    if (auto* r = parts[0].context().recorder())
+        return autograd::detail::record_list(*r, "cat", d, parts, [](const std::vector<Tensor<T>>& l, int at) { return cat(l, at); });
     Tensor<T> out(autograd::detail::joined_shape(parts, d, "cat"), parts[0].context());
     {
         no_grad off(out.context());
@@ -194,6 +200,8 @@ template <class T>
     for (std::size_t i = 1; i < parts.size(); ++i)
         if (parts[i].shape() != parts[0].shape())
             detail::fail("dl::stack: tensor ", i, " has shape ", parts[i].shape(), ", tensor 0 has ", parts[0].shape());
+    if (auto* r = parts[0].context().recorder())
+        return autograd::detail::record_list(*r, "stack", d, parts, [](const std::vector<Tensor<T>>& l, int at) { return stack(l, at); });
     Shape shape = parts[0].shape();
     shape.insert(d, static_cast<std::int64_t>(parts.size()));
     Tensor<T> out(shape, parts[0].context());

@@ -1,8 +1,10 @@
 #pragma once
 // Passes that prepare a trained model for serving: conv + batch_norm folding and int8 post-training
-// quantization of linear nodes. Both take the parameters' values when they run: the rewritten graph
-// holds constants derived from them, so later training does not show in it (trace and optimise again).
+// quantization of linear nodes take the parameters' values when they run (the rewritten graph holds
+// constants derived from them, so later training does not show in it: trace and optimise again).
+// Magnitude and channel pruning zero parameters in place and record what they zeroed for fine-tuning.
 // Replacement nodes are recorded from the ops' public functions (splice), like traced ones.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -220,6 +222,141 @@ inline bool fold_one_batch_norm(Graph& g) {
                     detail::remove_nodes_making(g, {out});
                 }
                 detail::forget_unread(g);
+            }};
+}
+
+/// What pruning passes zeroed: which elements of which weights (held by handle, so they are the
+/// model's own parameters). Fine-tuning moves pruned weights away from zero; reapply() after each
+/// optimizer step (a Trainer's after_step hook) zeroes them again, so the pruning holds.
+class pruning {
+public:
+    void reapply() const {
+        for (const auto& e : entries_)
+            std::visit(
+                [&]<class W>(const W& w) {
+                    if constexpr (!std::is_same_v<W, std::monostate>)
+                        for (const std::int64_t i : e.zeroed) w.data()[i] = typename W::value_type(0);
+                },
+                e.weight);
+    }
+    /// The weights pruned so far.
+    [[nodiscard]] std::size_t weights() const noexcept { return entries_.size(); }
+    /// The elements zeroed over all pruned weights, and the elements of those weights.
+    [[nodiscard]] std::int64_t zeroed() const noexcept {
+        std::int64_t n = 0;
+        for (const auto& e : entries_) n += static_cast<std::int64_t>(e.zeroed.size());
+        return n;
+    }
+    [[nodiscard]] std::int64_t elements() const noexcept {
+        std::int64_t n = 0;
+        for (const auto& e : entries_) n += detail::shape_of_any(e.weight).numel();
+        return n;
+    }
+
+    /// Records that `indices` (flat, into the contiguous weight) of `weight` are pruned, and zeroes them.
+    void add(const any_tensor& weight, std::vector<std::int64_t> indices) {
+        const std::byte* data = detail::bytes_of_any(weight);
+        auto same = std::find_if(entries_.begin(), entries_.end(), [&](const entry& e) { return detail::bytes_of_any(e.weight) == data; });
+        if (same == entries_.end()) same = entries_.insert(entries_.end(), entry{weight, {}});
+        same->zeroed.insert(same->zeroed.end(), indices.begin(), indices.end());
+        std::sort(same->zeroed.begin(), same->zeroed.end());
+        same->zeroed.erase(std::unique(same->zeroed.begin(), same->zeroed.end()), same->zeroed.end());
+        reapply();
+    }
+
+private:
+    struct entry {
+        any_tensor weight;
+        std::vector<std::int64_t> zeroed;
+    };
+    std::vector<entry> entries_;
+};
+
+namespace detail {
+
+/// Calls f(weight as Tensor<T>, bias or a null tensor) for the weight of every linear and conv2d node
+/// whose weight and bias are parameters or constants, each weight once.
+template <class F>
+void for_each_product_weight(Graph& g, F&& f) {
+    std::vector<int> seen;
+    for (const node& n : g.nodes) {
+        if ((n.op != "linear" && n.op != "conv2d") || n.inputs.size() < 2 ||
+            !std::all_of(n.inputs.begin() + 1, n.inputs.end(), [&](int id) { return is_fixed(g, id); }) ||
+            std::find(seen.begin(), seen.end(), n.inputs[1]) != seen.end())
+            continue;
+        seen.push_back(n.inputs[1]);
+        std::visit(
+            [&]<class W>(const W& weight) {
+                if constexpr (!std::is_same_v<W, std::monostate>) {
+                    if constexpr (is_floating_element<typename W::value_type>) {
+                        if (!weight.is_contiguous())
+                            dl::detail::fail("dl::graph: pruning needs contiguous weights; ", n.op, " %", n.output, " has a strided one");
+                        const W bias = n.inputs.size() == 3 ? std::get<W>(g.values[static_cast<std::size_t>(n.inputs[2])].data) : W();
+                        f(weight, bias);
+                    }
+                }
+            },
+            g.values[static_cast<std::size_t>(n.inputs[1])].data);
+    }
+}
+
+inline void check_amount(double amount, std::string_view pass) {
+    if (!(amount >= 0 && amount <= 1)) dl::detail::fail("dl::graph::", pass, ": amount must be in [0, 1], got ", amount);
+}
+
+}  // namespace detail
+
+/// Magnitude pruning: zeroes the fraction `amount` of each linear and conv2d weight with the smallest
+/// magnitudes (ties broken by position), as torch.nn.utils.prune.l1_unstructured. The weights are the
+/// model's parameters, changed in place; `record` keeps what was zeroed for fine-tuning. The graph does
+/// not change: the zeros make no kernel faster yet (no sparse kernels).
+[[nodiscard]] inline pass prune_magnitude(double amount, pruning& record) {
+    detail::check_amount(amount, "prune_magnitude");
+    return {"prune_magnitude", {}, {"constant_folding"}, [amount, &record](Graph& g) {
+                detail::for_each_product_weight(g, [&](const auto& weight, const auto&) {
+                    const std::int64_t n = weight.numel();
+                    const auto k = static_cast<std::int64_t>(std::llround(amount * static_cast<double>(n)));
+                    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+                    for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+                    auto magnitude = [&](std::int64_t i) { return std::abs(static_cast<double>(weight.data()[i])); };
+                    std::nth_element(order.begin(), order.begin() + k, order.end(), [&](std::int64_t a, std::int64_t b) {
+                        return magnitude(a) < magnitude(b) || (magnitude(a) == magnitude(b) && a < b);
+                    });
+                    order.resize(static_cast<std::size_t>(k));
+                    record.add(weight, std::move(order));
+                });
+            }};
+}
+
+/// Structured pruning: zeroes the fraction `amount` of each linear and conv2d layer's output channels
+/// (weight rows, with their bias entries) with the smallest L2 norms, as
+/// torch.nn.utils.prune.ln_structured(n=2, dim=0). A zeroed channel outputs act(0) for every input.
+/// Unfinished: the channels are zeroed, not removed; shrinking the weight and the next layer's inputs
+/// (the speed-up) is a rewrite still to come.
+[[nodiscard]] inline pass prune_channels(double amount, pruning& record) {
+    detail::check_amount(amount, "prune_channels");
+    return {"prune_channels", {}, {"constant_folding"}, [amount, &record](Graph& g) {
+                detail::for_each_product_weight(g, [&](const auto& weight, const auto& bias) {
+                    const std::int64_t channels = weight.shape()[0], per = channels ? weight.numel() / channels : 0;
+                    const auto k = static_cast<std::int64_t>(std::llround(amount * static_cast<double>(channels)));
+                    std::vector<double> norm(static_cast<std::size_t>(channels), 0.0);
+                    for (std::int64_t c = 0; c < channels; ++c)
+                        for (std::int64_t i = 0; i < per; ++i) {
+                            const double v = static_cast<double>(weight.data()[c * per + i]);
+                            norm[static_cast<std::size_t>(c)] += v * v;
+                        }
+                    std::vector<std::int64_t> order(static_cast<std::size_t>(channels));
+                    for (std::int64_t c = 0; c < channels; ++c) order[static_cast<std::size_t>(c)] = c;
+                    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+                        return norm[static_cast<std::size_t>(a)] < norm[static_cast<std::size_t>(b)];
+                    });
+                    order.resize(static_cast<std::size_t>(k));
+                    std::vector<std::int64_t> elements;
+                    for (const std::int64_t c : order)
+                        for (std::int64_t i = 0; i < per; ++i) elements.push_back(c * per + i);
+                    record.add(weight, std::move(elements));
+                    if (bias.defined()) record.add(bias, order);
+                });
             }};
 }
 

@@ -6,7 +6,9 @@
 //
 // Not traced: ops without a recorded kernel of their own that bypass the traced ones (none of the
 // layers in nn/ do), writes into existing elements of traced values (an error), and control flow that
-// depends on values (the graph keeps the path the example took).
+// depends on values (the graph keeps the path the example took). A tensor f creates with the batch
+// size in its shape (an RNN's zero initial state) is a constant of the traced batch: such a graph runs
+// at that batch size only.
 #include <map>
 #include <memory>
 #include <span>

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "../autograd/reduce.hpp"
@@ -74,6 +76,14 @@ template <class T>
                          target.shape());
     if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1))
         dl::detail::fail("dl::nn::", name, ": label_smoothing must be in [0, 1], got ", o.label_smoothing);
+    if (auto* r = autograd::recorder_of(input, target))
+        return autograd::record_op(
+            *r, std::string(name),
+            autograd::attributes("reduce", o.reduce, "label_smoothing", o.label_smoothing, "ignore_index", o.ignore_index),
+            autograd::op_kind::pure,
+            [](const Tensor<T>& in, const Tensor<std::int64_t>& tg, const cross_entropy_options& options, bool log_probs,
+               std::string_view op) { return class_loss(in, tg, options, log_probs, op); },
+            input, target, o, from_log_probs, name);
     const std::int64_t N = input.shape()[0], C = input.shape()[1];
     const Tensor<T> x = input.detach().contiguous();
     const Tensor<std::int64_t> t = target.contiguous();
