@@ -178,6 +178,93 @@ TEST_CASE("graph passes: int8 quantization calibrates, replaces linear nodes and
     CHECK(same_class >= 190);
 }
 
+/// quantized_conv2d from its definition: padding reads 0.0, which quantizes to the zero point.
+Tensor<float> quantized_conv_reference(const Tensor<float>& x, const dl::int8_weight& w, dl::extent2 kernel,
+                                       const Tensor<float>& bias, dl::affine_quantization q, dl::conv2d_options o) {
+    const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3], oc = w.out_features();
+    const std::int64_t oh = (h + 2 * o.padding.h - o.dilation.h * (kernel.h - 1) - 1) / o.stride.h + 1;
+    const std::int64_t ow = (wd + 2 * o.padding.w - o.dilation.w * (kernel.w - 1) - 1) / o.stride.w + 1;
+    Tensor<float> y({n, oc, oh, ow}, x.context());
+    for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t f = 0; f < oc; ++f)
+            for (std::int64_t r = 0; r < oh; ++r)
+                for (std::int64_t s = 0; s < ow; ++s) {
+                    std::int64_t sum = 0;
+                    for (std::int64_t ch = 0; ch < c; ++ch)
+                        for (std::int64_t i = 0; i < kernel.h; ++i)
+                            for (std::int64_t j = 0; j < kernel.w; ++j) {
+                                const std::int64_t ih = r * o.stride.h - o.padding.h + i * o.dilation.h;
+                                const std::int64_t iw = s * o.stride.w - o.padding.w + j * o.dilation.w;
+                                const float v = ih >= 0 && ih < h && iw >= 0 && iw < wd ? x.at(b, ch, ih, iw) : 0.0f;
+                                const float level = std::nearbyint(std::fma(v, 1.0f / q.scale, float(q.zero_point)));
+                                const auto qx = static_cast<std::int64_t>(std::clamp(level, 0.0f, 255.0f));
+                                sum += (qx - q.zero_point) * w.values()[std::size_t(f * w.in_features() + (ch * kernel.h + i) * kernel.w + j)];
+                            }
+                    double v = double(sum) * double(q.scale) * double(w.scales()[std::size_t(f)]);
+                    if (bias.defined()) v += bias.at(f);
+                    y.at(b, f, r, s) = static_cast<float>(o.act == dl::activation::relu ? std::max(v, 0.0) : v);
+                }
+    return y;
+}
+
+TEST_CASE("quantized_conv2d matches the scalar reference with padding, stride and dilation") {
+    dl::Context ctx({.seed = 12, .threads = 2});
+    struct geometry {
+        std::int64_t channels, kernel;
+        dl::conv2d_options options;
+    };
+    for (const geometry& g : {geometry{1, 3, {.padding = 1}}, geometry{4, 3, {.stride = 2, .padding = 1, .act = dl::activation::relu}},
+                              geometry{3, 2, {.padding = {0, 2}, .dilation = 2}}, geometry{8, 1, {}}}) {
+        CAPTURE(g.channels);
+        CAPTURE(g.kernel);
+        const Tensor<float> x = dl::uniform<float>({2, g.channels, 7, 6}, -1.5f, 2.5f, ctx);
+        const Tensor<float> weight = dl::uniform<float>({5, g.channels, g.kernel, g.kernel}, -1, 1, ctx);
+        const auto w = std::make_shared<const dl::int8_weight>(weight.reshape({5, g.channels * g.kernel * g.kernel}));
+        const Tensor<float> bias = dl::uniform<float>({5}, -1, 1, ctx);
+        const auto q = dl::affine_quantization::covering(-1.0f, 2.0f);
+        const Tensor<float> got = dl::quantized_conv2d(x, w, g.kernel, bias, q, g.options);
+        const Tensor<float> expected = quantized_conv_reference(x, *w, g.kernel, bias, q, g.options);
+        CHECK(got.shape() == expected.shape());
+        CHECK(dl_test::same_elements(got, expected, 1e-4));
+        // And, inside the calibrated range, close to the float convolution it stands for (errors of half a
+        // step in x and w over C·k·k terms).
+        const Tensor<float> inside = dl::uniform<float>({2, g.channels, 7, 6}, -1, 2, ctx);
+        CHECK(dl_test::same_elements(dl::quantized_conv2d(inside, w, g.kernel, bias, q, g.options),
+                                     dl::conv2d(inside, weight, bias, g.options),
+                                     0.05 * std::sqrt(double(g.channels * g.kernel * g.kernel))));
+    }
+    const auto w = std::make_shared<const dl::int8_weight>(dl::zeros<float>({2, 9}, ctx));
+    const auto q = dl::affine_quantization::covering(0, 1);
+    CHECK_THROWS_WITH_AS((void)dl::quantized_conv2d(dl::zeros<float>({1, 2, 5, 5}, ctx), w, 3, {}, q),
+                         doctest::Contains("a weight of 9 inputs per output channel"), dl::error);
+    CHECK_THROWS_WITH_AS((void)dl::quantized_conv2d(dl::zeros<float>({1, 1, 5, 5}, ctx), w, 3, {}, q, {.groups = 2}),
+                         doctest::Contains("groups must be 1"), dl::error);
+    CHECK_THROWS_WITH_AS((void)dl::quantized_conv2d(dl::zeros<float>({1, 1, 2, 2}, ctx), w, 3, {}, q),
+                         doctest::Contains("does not fit"), dl::error);
+}
+
+TEST_CASE("graph passes: int8 quantization of the Fashion-MNIST CNN quantizes its convolutions and linears") {
+    dl::Context ctx({.seed = 13, .threads = 2});
+    dl::nn::sequential model{dl::nn::conv2d<float>(1, 4, 3, {.padding = 1}, true, ctx), dl::nn::relu{},
+                             dl::nn::max_pool2d({.kernel = 2}), dl::nn::conv2d<float>(4, 6, 3, {.padding = 1}, true, ctx),
+                             dl::nn::relu{}, dl::nn::max_pool2d({.kernel = 2}), dl::nn::flatten{},
+                             dl::nn::linear<float>(6 * 2 * 2, 3, true, ctx)};
+    const Tensor<float> example = dl::uniform<float>({4, 1, 8, 8}, 0, 1, ctx);
+    auto f = graph::trace([&](const Tensor<float>& x) { return model(x); }, example);
+    std::vector<std::vector<any_tensor>> calibration{{dl::uniform<float>({16, 1, 8, 8}, 0, 1, ctx)}};
+    const Tensor<float> test = dl::uniform<float>({10, 1, 8, 8}, 0, 1, ctx);
+    const Tensor<float> expected = f(test);
+    graph::pass_manager passes = graph::default_passes();
+    passes.add(graph::quantize_int8(calibration));
+    f.optimize(passes);
+    const std::string text = f.to_string();
+    CAPTURE(text);
+    CHECK(count_ops(f.graph(), "quantized_conv2d") == 2);
+    CHECK(count_ops(f.graph(), "quantized_linear") == 1);
+    CHECK(count_ops(f.graph(), "conv2d") == 0);
+    CHECK(dl_test::same_elements(f(test), expected, 0.05));
+}
+
 TEST_CASE("graph passes: int8 quantization refuses missing or mismatched calibration") {
     dl::Context ctx({.seed = 7, .threads = 1});
     const Tensor<float> w = dl::uniform<float>({3, 4}, -1, 1, ctx);

@@ -1,5 +1,5 @@
 #pragma once
-// int8 inference for Linear: activations quantized to uint8 with a scale and zero point per tensor,
+// int8 inference for Linear and Conv2d: activations quantized to uint8 with a scale and zero point per tensor,
 // weights to int8 symmetrically per output channel, an exact integer GEMM (device/cpu/gemm_int8.hpp,
 // AVX-512 VNNI where the target has it) and one float pass that dequantizes, adds the bias and applies
 // the activation. The graph's quantization pass (graph/inference.hpp) calibrates the input scales and
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../device/cpu/gemm_int8.hpp"
+#include "conv.hpp"
 #include "node.hpp"
 #include "tracing.hpp"
 
@@ -88,6 +89,42 @@ private:
     detail::packed_s8 packed_;
 };
 
+namespace detail {
+
+/// q(x) as affine_quantization defines it, with inverse = 1 / scale and zero = zero_point.
+[[nodiscard]] inline std::uint8_t quantize_u8(float x, float inverse, float zero) noexcept {
+    const float level = std::clamp(std::fma(x, inverse, zero), 0.0f, 255.0f);
+    // Adding 1.5·2^23 rounds to an integer (to nearest, ties to even) held in the low mantissa bits:
+    // round() without a call, so loops over this vectorise.
+    return static_cast<std::uint8_t>(std::bit_cast<std::uint32_t>(level + 12582912.0f));
+}
+
+/// From int32 product sums back to float, per output channel o:
+/// y = act(float(sum − offset[o])·scale[o] + bias[o]).
+struct int8_output {
+    int8_output(const int8_weight& w, affine_quantization input, const Tensor<float>& bias)
+        : bias_(bias.defined() ? bias.detach().contiguous() : Tensor<float>()) {
+        for (std::size_t o = 0; o < w.scales().size(); ++o) {
+            scale.push_back(input.scale * w.scales()[o]);
+            offset.push_back(input.zero_point * w.row_sums()[o]);
+        }
+    }
+    [[nodiscard]] const float* bias() const noexcept { return bias_.defined() ? bias_.data() : nullptr; }
+
+    std::vector<float> scale;
+    std::vector<std::int32_t> offset;
+
+private:
+    Tensor<float> bias_;
+};
+
+inline void check_quantization(affine_quantization q, std::string_view op) {
+    if (!(q.scale > 0) || q.zero_point < 0 || q.zero_point > 255)
+        fail("dl::", op, ": input scale ", q.scale, " and zero point ", q.zero_point, " do not map to uint8");
+}
+
+}  // namespace detail
+
 /// act(x·Wᵀ + bias) for x [N, in] float, computed in int8: x quantized by `input`, W given as an
 /// int8_weight. Inference only: it has no gradient, and fails if an input would record one.
 [[nodiscard]] inline Tensor<float> quantized_linear(const Tensor<float>& x, const std::shared_ptr<const int8_weight>& weight,
@@ -99,9 +136,7 @@ private:
                      " input features");
     if (bias.defined() && bias.shape() != Shape{weight->out_features()})
         detail::fail("dl::quantized_linear: bias of shape ", bias.shape(), " for ", weight->out_features(), " outputs");
-    if (!(input.scale > 0) || input.zero_point < 0 || input.zero_point > 255)
-        detail::fail("dl::quantized_linear: input scale ", input.scale, " and zero point ", input.zero_point,
-                     " do not map to uint8");
+    detail::check_quantization(input, "quantized_linear");
     if (auto* r = autograd::recorder_of(x, bias))
         return autograd::record_product(
             *r, "quantized_linear",
@@ -123,36 +158,101 @@ private:
         const float* src = xc.data();
         std::uint8_t* dst = xq.data();
         const float inverse = 1.0f / input.scale, zero = static_cast<float>(input.zero_point);
-        for (std::int64_t i = 0; i < rows * in; ++i) {
-            const float level = std::clamp(std::fma(src[i], inverse, zero), 0.0f, 255.0f);
-            // Adding 1.5·2^23 rounds to an integer (to nearest, ties to even) held in the low mantissa
-            // bits: round() without a call, so the loop vectorises.
-            dst[i] = static_cast<std::uint8_t>(std::bit_cast<std::uint32_t>(level + 12582912.0f));
-        }
+        for (std::int64_t i = 0; i < rows * in; ++i) dst[i] = detail::quantize_u8(src[i], inverse, zero);
     }
     Tensor<std::int32_t> sums({rows, out}, ctx);
     detail::gemm_u8s8({xq.data(), rows, in, in, 1}, weight->packed(), {sums.data(), rows, out, out, 1}, false, ctx);
     Tensor<float> y({rows, out}, ctx);
-    const Tensor<float> b = bias.defined() ? bias.detach().contiguous() : Tensor<float>();
-    std::vector<float> combined(static_cast<std::size_t>(out));
-    std::vector<std::int32_t> offset(static_cast<std::size_t>(out));
-    for (std::int64_t o = 0; o < out; ++o) {
-        combined[static_cast<std::size_t>(o)] = input.scale * weight->scales()[static_cast<std::size_t>(o)];
-        offset[static_cast<std::size_t>(o)] = input.zero_point * weight->row_sums()[static_cast<std::size_t>(o)];
-    }
+    const detail::int8_output to_float(*weight, input, bias);
     detail::with_activation(act, [&](auto a) {
         const std::int32_t* s = sums.data();
         float* dst = y.data();
-        const float* bias_data = b.defined() ? b.data() : nullptr;
+        const float* b = to_float.bias();
         for (std::int64_t i = 0; i < rows; ++i)
             for (std::int64_t o = 0; o < out; ++o) {
-                float v = static_cast<float>(s[i * out + o] - offset[static_cast<std::size_t>(o)]) *
-                          combined[static_cast<std::size_t>(o)];
-                if (bias_data) v += bias_data[o];
+                float v = static_cast<float>(s[i * out + o] - to_float.offset[static_cast<std::size_t>(o)]) *
+                          to_float.scale[static_cast<std::size_t>(o)];
+                if (b) v += b[o];
                 dst[i * out + o] = detail::activate<a.value>(v);
             }
     });
     return y;
+}
+
+/// conv2d (groups 1) computed in int8: x [N, C, H, W] quantized by `input`, the weight [O, C, kh, kw]
+/// given as an int8_weight of its [O, C·kh·kw] reshape and the kernel extent. Each image is lowered to
+/// columns (padding reads as 0.0, so as the zero point), quantized, and multiplied by the int8 GEMM.
+/// Inference only, like quantized_linear.
+[[nodiscard]] inline Tensor<float> quantized_conv2d(const Tensor<float>& x, const std::shared_ptr<const int8_weight>& weight,
+                                                    extent2 kernel, const Tensor<float>& bias, affine_quantization input,
+                                                    conv2d_options o = {}) {
+    using autograd::detail::window_count;
+    if (!weight) detail::fail("dl::quantized_conv2d: no weight");
+    if (o.groups != 1) detail::fail("dl::quantized_conv2d: groups must be 1, got ", o.groups);
+    if (x.rank() != 4 || x.shape()[1] * kernel.h * kernel.w != weight->in_features())
+        detail::fail("dl::quantized_conv2d: input of shape ", x.shape(), " for a ", kernel.h, "x", kernel.w,
+                     " kernel and a weight of ", weight->in_features(), " inputs per output channel");
+    if (bias.defined() && bias.shape() != Shape{weight->out_features()})
+        detail::fail("dl::quantized_conv2d: bias of shape ", bias.shape(), " for ", weight->out_features(),
+                     " output channels");
+    detail::check_quantization(input, "quantized_conv2d");
+    if (auto* r = autograd::recorder_of(x, bias))
+        return autograd::record_product(
+            *r, "quantized_conv2d",
+            autograd::attributes("weight", static_cast<const void*>(weight.get()), "kernel", autograd::detail::describe(kernel),
+                                 "stride", autograd::detail::describe(o.stride), "padding", autograd::detail::describe(o.padding),
+                                 "dilation", autograd::detail::describe(o.dilation), "scale", input.scale, "zero_point",
+                                 input.zero_point, "act", o.act),
+            o.act,
+            [o](activation a) {
+                conv2d_options with = o;
+                with.act = a;
+                return [with](const Tensor<float>& in, const std::shared_ptr<const int8_weight>& w, extent2 k,
+                              const Tensor<float>& b, affine_quantization q) { return quantized_conv2d(in, w, k, b, q, with); };
+            },
+            x, weight, kernel, bias, input);
+    if (autograd::any_records(x, bias))
+        detail::fail("dl::quantized_conv2d: has no gradient (inference only); run it under dl::no_grad");
+    const std::int64_t n = x.shape()[0], c = x.shape()[1], channels = weight->out_features();
+    const autograd::detail::window_geometry geo{c,
+                                                x.shape()[2],
+                                                x.shape()[3],
+                                                kernel.h,
+                                                kernel.w,
+                                                window_count(x.shape()[2], kernel.h, o.stride.h, o.padding.h, o.dilation.h),
+                                                window_count(x.shape()[3], kernel.w, o.stride.w, o.padding.w, o.dilation.w),
+                                                o.stride,
+                                                o.padding,
+                                                o.dilation};
+    if (geo.oh <= 0 || geo.ow <= 0)
+        detail::fail("dl::quantized_conv2d: the ", kernel.h, "x", kernel.w, " kernel does not fit the padded input ", x.shape());
+    Context& ctx = x.context();
+    const std::int64_t k = geo.column_rows(), plane = geo.column_cols();
+    Tensor<float> out({n, channels, geo.oh, geo.ow}, ctx);
+    Tensor<float> col({k, plane}, ctx);
+    Tensor<std::uint8_t> a({plane, k}, ctx);
+    Tensor<std::int32_t> sums({plane, channels}, ctx);
+    const detail::int8_output to_float(*weight, input, bias);
+    const float inverse = 1.0f / input.scale, zero = static_cast<float>(input.zero_point);
+    const auto& s = x.strides();
+    for (std::int64_t i = 0; i < n; ++i) {
+        autograd::detail::im2col(x.data() + i * s[0], s[1], s[2], s[3], geo, col.data(), plane);
+        for (std::int64_t p = 0; p < plane; ++p)
+            for (std::int64_t r = 0; r < k; ++r) a.data()[p * k + r] = detail::quantize_u8(col.data()[r * plane + p], inverse, zero);
+        detail::gemm_u8s8({a.data(), plane, k, k, 1}, weight->packed(), {sums.data(), plane, channels, channels, 1}, false, ctx);
+        detail::with_activation(o.act, [&](auto act) {
+            const float* b = to_float.bias();
+            float* dst = out.data() + i * channels * plane;
+            for (std::int64_t ch = 0; ch < channels; ++ch)
+                for (std::int64_t p = 0; p < plane; ++p) {
+                    float v = static_cast<float>(sums.data()[p * channels + ch] - to_float.offset[static_cast<std::size_t>(ch)]) *
+                              to_float.scale[static_cast<std::size_t>(ch)];
+                    if (b) v += b[ch];
+                    dst[ch * plane + p] = detail::activate<act.value>(v);
+                }
+        });
+    }
+    return out;
 }
 
 }  // namespace dl

@@ -153,17 +153,19 @@ inline bool fold_one_batch_norm(Graph& g) {
             }};
 }
 
-/// int8 post-training quantization of the float32 linear nodes whose weight (and bias) are parameters
-/// or constants. The graph runs on each calibration batch (one tensor per graph input, a few batches of
-/// real data); the range each linear's input takes over them sets its uint8 quantization, and its
-/// weight is quantized per output channel (int8_weight). The node becomes quantized_linear, which runs
-/// the int8 GEMM. Weights are quantized when the pass runs.
+/// int8 post-training quantization of the float32 linear and conv2d (groups 1) nodes whose weight (and
+/// bias) are parameters or constants. The graph runs on each calibration batch (one tensor per graph
+/// input, a few batches of real data); the range each product's input takes over them sets its uint8
+/// quantization, and its weight is quantized per output channel (int8_weight). The node becomes
+/// quantized_linear or quantized_conv2d, which run the int8 GEMM. Weights are quantized when the pass
+/// runs.
 [[nodiscard]] inline pass quantize_int8(std::vector<std::vector<any_tensor>> calibration) {
     return {"quantize_int8", {"epilogue_fusion"}, {"memory_planning"}, [calibration = std::move(calibration)](Graph& g) {
                 std::vector<std::size_t> candidates;
                 for (std::size_t i = 0; i < g.nodes.size(); ++i) {
                     const node& n = g.nodes[i];
-                    if (n.op == "linear" && g.values[static_cast<std::size_t>(n.output)].dtype == DType::float32 &&
+                    const bool product = n.op == "linear" || (n.op == "conv2d" && detail::attribute(n, "groups") == "1");
+                    if (product && g.values[static_cast<std::size_t>(n.output)].dtype == DType::float32 &&
                         std::all_of(n.inputs.begin() + 1, n.inputs.end(), [&](int id) { return detail::is_fixed(g, id); }))
                         candidates.push_back(i);
                 }
@@ -194,7 +196,7 @@ inline bool fold_one_batch_norm(Graph& g) {
                         for (std::int64_t e = 0; e < t.numel(); ++e) {
                             const float x = t.data()[e];
                             if (!std::isfinite(x))
-                                dl::detail::fail("dl::graph::quantize_int8: %", fetches[f], ", the input of a linear, holds ", x,
+                                dl::detail::fail("dl::graph::quantize_int8: %", fetches[f], ", the input of a linear or conv2d, holds ", x,
                                                  " in calibration batch ", b, ": only finite ranges quantize");
                             lo[f] = std::min(lo[f], x);
                             hi[f] = std::max(hi[f], x);
@@ -206,8 +208,15 @@ inline bool fold_one_batch_norm(Graph& g) {
                     const node& n = g.nodes[candidates[c]];
                     const int in = n.inputs[0], out = n.output;
                     const auto act = static_cast<activation>(detail::parse_attribute<int>(n, "act"));
+                    const Tensor<float>& w = std::get<Tensor<float>>(g.values[static_cast<std::size_t>(n.inputs[1])].data);
+                    const bool conv = n.op == "conv2d";
+                    const extent2 kernel = conv ? extent2(w.shape()[2], w.shape()[3]) : extent2(1);
+                    const conv2d_options options =
+                        conv ? conv2d_options{detail::parse_extent(n, "stride"), detail::parse_extent(n, "padding"),
+                                              detail::parse_extent(n, "dilation"), 1, act}
+                             : conv2d_options{};
                     const auto weight = std::make_shared<const int8_weight>(
-                        std::get<Tensor<float>>(g.values[static_cast<std::size_t>(n.inputs[1])].data));
+                        conv ? w.contiguous().reshape({w.shape()[0], w.numel() / std::max<std::int64_t>(w.shape()[0], 1)}) : w);
                     const Tensor<float> bias =
                         n.inputs.size() == 3 ? std::get<Tensor<float>>(g.values[static_cast<std::size_t>(n.inputs[2])].data) : Tensor<float>();
                     const int bias_id = n.inputs.size() == 3 ? n.inputs[2] : -1;
@@ -216,8 +225,10 @@ inline bool fold_one_batch_norm(Graph& g) {
                     const Tensor<float> example = zeros<float>(g.values[static_cast<std::size_t>(in)].shape, *ctx);
                     std::vector<std::pair<int, any_tensor>> bound{{in, example}};
                     if (bias_id >= 0) bound.emplace_back(bias_id, bias);
-                    const int quantized = splice(g, candidates[c], *ctx, bound,
-                                                 [&] { return quantized_linear(example, weight, bias, q, act); });
+                    const int quantized = splice(g, candidates[c], *ctx, bound, [&] {
+                        return conv ? quantized_conv2d(example, weight, kernel, bias, q, options)
+                                    : quantized_linear(example, weight, bias, q, act);
+                    });
                     g.replace_uses(out, quantized);
                     detail::remove_nodes_making(g, {out});
                 }
