@@ -4,6 +4,7 @@
 // while recording, so a rewritten graph holds op definitions too (DESIGN.md, principle 1).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -120,14 +121,16 @@ private:
 /// Records what make() executes as new nodes of g, placed before node `at`. Each bound tensor stands for
 /// the value it is paired with (make reads it as that value; its contents do not matter, only its type);
 /// tensors make reads that are not bound become constants, or parameters when they require grad. Returns
-/// the value make's result is. Passes build replacement nodes this way, from the ops' public functions.
+/// the value make's result is (make returns a tensor), or one value per tensor (make returns a vector of
+/// them; -1 for a null tensor). Passes build replacement nodes this way, from the ops' public functions.
 template <class Make>
-int splice(Graph& g, std::size_t at, Context& ctx, std::span<const std::pair<int, any_tensor>> bound, Make&& make) {
+auto splice(Graph& g, std::size_t at, Context& ctx, std::span<const std::pair<int, any_tensor>> bound, Make&& make) {
     if (ctx.recorder()) dl::detail::fail("dl::graph::splice: the Context is being traced");
     const std::size_t first = g.nodes.size();
     detail::tracer recorder(g);
     for (const auto& [id, t] : bound) recorder.bind(t, id);
-    any_tensor result;
+    using result_t = std::invoke_result_t<Make&>;
+    std::optional<result_t> result;
     {
         ctx.set_recorder(&recorder);
         struct detach {
@@ -135,13 +138,21 @@ int splice(Graph& g, std::size_t at, Context& ctx, std::span<const std::pair<int
             ~detach() { ctx.set_recorder(nullptr); }
         } detach_on_exit{ctx};
         const no_grad off(ctx);
-        result = any_tensor(make());
+        result.emplace(make());
     }
-    const int id = recorder.value_for(result);
+    auto ids = [&] {
+        if constexpr (is_tensor_v<result_t>) {
+            return recorder.value_for(any_tensor(*result));
+        } else {
+            std::vector<int> each;
+            for (const auto& t : *result) each.push_back(t.defined() ? recorder.value_for(any_tensor(t)) : -1);
+            return each;
+        }
+    }();
     std::rotate(g.nodes.begin() + static_cast<std::ptrdiff_t>(at), g.nodes.begin() + static_cast<std::ptrdiff_t>(first),
                 g.nodes.end());
     g.reindex();
-    return id;
+    return ids;
 }
 
 }  // namespace dl::graph

@@ -1,0 +1,210 @@
+#pragma once
+// Training in graph mode. differentiate() appends to a graph the nodes that compute the gradient of a
+// loss with respect to every parameter it depends on (reverse mode over the node list), each gradient
+// rule written with the ops' public functions and recorded through splice(), so the backward nodes are
+// op definitions like the forward ones and the same passes (fusion, memory planning) apply to them.
+// train() traces a loss function, differentiates it and returns a step: one call runs forward and
+// backward in the graph, then the optimizer's update.
+//
+// Unfinished: gradient rules exist for linear (with its epilogue activation, except gelu), matmul,
+// relu, tanh, sigmoid, add, sub and mul of two tensors (broadcasting), neg, reshape (flatten),
+// transpose, clone, and cross_entropy / nll_loss. Other ops (conv2d, pooling, normalization,
+// elementwise ops with a scalar operand, reductions, dropout) fail clearly with "no gradient rule".
+// The optimizer update runs after the graph, as the optimizer's own fused loop, not as graph nodes.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../autograd/linalg.hpp"
+#include "../nn/loss.hpp"
+#include "inference.hpp"
+#include "trace.hpp"
+#include "tracer.hpp"
+
+namespace dl::graph {
+
+namespace detail {
+
+/// g summed down to `shape` (the shape an operand had before broadcasting), with the public dl::sum,
+/// which records itself (autograd::sum_to_shape calls the reduction kernel directly, unrecorded).
+template <class T>
+[[nodiscard]] Tensor<T> sum_to(const Tensor<T>& g, const Shape& shape) {
+    if (g.shape() == shape) return g;
+    Dims axes;
+    const int lead = g.rank() - shape.size();
+    for (int d = 0; d < g.rank(); ++d)
+        if (d < lead || shape[d - lead] == 1) axes.push_back(d);
+    return dl::sum(g, axes, true).reshape(shape);
+}
+
+/// The gradients of node n's inputs (null tensors where an input gets none) from the gradient of its
+/// output, recorded as ops. `in` and `out` stand for the node's inputs and output.
+template <class T>
+[[nodiscard]] std::vector<Tensor<T>> gradient_rule(const node& n, const std::vector<any_tensor>& in, const Tensor<T>& out,
+                                                   const Tensor<T>& grad) {
+    auto input = [&](std::size_t i) { return std::get<Tensor<T>>(in.at(i)); };
+    const std::string_view op = n.op;
+    const bool two = in.size() == 2 && n.attributes.empty();
+    if (op == "linear") {
+        const auto act = static_cast<activation>(parse_attribute<int>(n, "act"));
+        if (act == activation::gelu) dl::detail::fail("dl::graph::differentiate: no gradient rule for linear with gelu in its epilogue");
+        const Tensor<T> g = autograd::detail::activation_grad(grad, out, act);
+        std::vector<Tensor<T>> result{matmul(g, input(1)), matmul(g.t(), input(0))};
+        if (in.size() == 3) result.push_back(dl::sum(g, Dims{0}));
+        return result;
+    }
+    if (op == "matmul" && in.size() == 2 && input(0).rank() == 2 && input(1).rank() == 2)
+        return {matmul(grad, input(1).t()), matmul(input(0).t(), grad)};
+    if (op == "relu" && in.size() == 1 && n.attributes.empty()) return {Tensor<T>(where(input(0) > T(0), grad, T(0)))};
+    if (op == "tanh" && in.size() == 1) return {Tensor<T>(grad * (T(1) - out * out))};
+    if (op == "sigmoid" && in.size() == 1) return {Tensor<T>(grad * out * (T(1) - out))};
+    if (op == "neg" && in.size() == 1) return {Tensor<T>(-grad)};
+    if (op == "add" && two) return {sum_to(grad, input(0).shape()), sum_to(grad, input(1).shape())};
+    if (op == "sub" && two) return {sum_to(grad, input(0).shape()), sum_to(Tensor<T>(-grad), input(1).shape())};
+    if (op == "mul" && two)
+        return {sum_to(Tensor<T>(grad * input(1)), input(0).shape()), sum_to(Tensor<T>(grad * input(0)), input(1).shape())};
+    if (op == "reshape" && in.size() == 1) return {grad.reshape(input(0).shape())};
+    if (op == "clone" && in.size() == 1) return {grad};
+    if (op == "transpose" && in.size() == 1) {
+        const auto dims = attribute(n, "args");  // "[d0, d1]"
+        std::int64_t a = 0, b = 0;
+        if (std::sscanf(std::string(dims).c_str(), "[%ld, %ld]", &a, &b) != 2)
+            dl::detail::fail("dl::graph::differentiate: transpose without readable dimensions {", n.attributes, "}");
+        return {grad.transpose(a, b)};
+    }
+    if ((op == "cross_entropy" || op == "nll_loss") && in.size() == 2) {
+        const nn::cross_entropy_options o{static_cast<nn::reduction>(parse_attribute<int>(n, "reduce")),
+                                          parse_attribute<double>(n, "label_smoothing"),
+                                          parse_attribute<std::int64_t>(n, "ignore_index")};
+        return {nn::detail::class_loss_grad(grad, input(0), std::get<Tensor<std::int64_t>>(in[1]), o, op == "nll_loss"),
+                Tensor<T>()};
+    }
+    dl::detail::fail("dl::graph::differentiate: no gradient rule for ", n.op, n.attributes.empty() ? "" : " {",
+                     n.attributes, n.attributes.empty() ? "" : "}", " (graph training supports linear, matmul, relu, tanh, "
+                     "sigmoid, neg, add/sub/mul of two tensors, reshape, transpose, clone, cross_entropy, nll_loss)");
+}
+
+}  // namespace detail
+
+/// Appends the nodes computing d loss / d p for each parameter p that `loss` (a one-element float
+/// value) depends on; returns (parameter value, gradient value) pairs, in value order. The gradient
+/// values are made graph outputs after the existing ones.
+inline std::vector<std::pair<int, int>> differentiate(Graph& g, int loss) {
+    const value& l = g.values.at(static_cast<std::size_t>(loss));
+    if (l.shape.numel() != 1 || l.dtype != DType::float32)
+        dl::detail::fail("dl::graph::differentiate: the loss must be one float32 element, got ", g.describe_type(loss));
+    // Which values depend on a parameter: only their gradients are computed.
+    std::vector<char> needs(g.values.size(), 0);
+    for (std::size_t id = 0; id < g.values.size(); ++id) needs[id] = g.values[id].source == value_source::parameter;
+    for (const node& n : g.nodes)
+        for (int in : n.inputs) needs[static_cast<std::size_t>(n.output)] |= needs[static_cast<std::size_t>(in)];
+    if (!needs[static_cast<std::size_t>(loss)]) dl::detail::fail("dl::graph::differentiate: the loss depends on no parameter");
+    Context* ctx = nullptr;
+    for (const auto& v : g.values)
+        if (v.source == value_source::parameter) ctx = &detail::context_of(v.data);
+    // Stand-ins for values while a rule records: zeros (targets then name class 0, a valid class).
+    auto example = [&](int id) -> any_tensor {
+        const value& v = g.values[static_cast<std::size_t>(id)];
+        if (v.source == value_source::parameter || v.source == value_source::constant) return v.data;
+        if (v.dtype == DType::int64) return zeros<std::int64_t>(v.shape, *ctx);
+        if (v.dtype == DType::float32) return zeros<float>(v.shape, *ctx);
+        return detail::make_tensor(v.dtype, v.shape, *ctx);
+    };
+
+    std::map<int, int> grad;  // value -> its gradient value
+    auto add_gradient = [&](int id, int gradient) {
+        auto [it, fresh] = grad.try_emplace(id, gradient);
+        if (fresh) return;
+        const Tensor<float> a = std::get<Tensor<float>>(example(it->second)), b = std::get<Tensor<float>>(example(gradient));
+        const std::pair<int, any_tensor> bound[] = {{it->second, a}, {gradient, b}};
+        it->second = splice(g, g.nodes.size(), *ctx, bound, [&] { return Tensor<float>(a + b); });
+    };
+    grad[loss] = splice(g, g.nodes.size(), *ctx, {}, [&] { return ones<float>(l.shape, *ctx); });
+
+    const std::vector<node> forward = g.nodes;  // the list grows below
+    for (std::size_t k = forward.size(); k-- > 0;) {
+        const node& n = forward[k];
+        const auto it = grad.find(n.output);
+        if (it == grad.end() || !needs[static_cast<std::size_t>(n.output)]) continue;
+        if (n.kind == op_kind::effectful)
+            dl::detail::fail("dl::graph::differentiate: no gradient rule for ", n.op, " (an op with effects)");
+        if (g.values[static_cast<std::size_t>(n.output)].dtype != DType::float32)
+            dl::detail::fail("dl::graph::differentiate: ", n.op, " makes ", g.describe_type(n.output), "; graph training is float32");
+        std::vector<any_tensor> inputs;
+        std::vector<std::pair<int, any_tensor>> bound;
+        for (int in : n.inputs) {
+            inputs.push_back(example(in));
+            bound.emplace_back(in, inputs.back());
+        }
+        const Tensor<float> out = std::get<Tensor<float>>(example(n.output)), upstream = std::get<Tensor<float>>(example(it->second));
+        bound.emplace_back(n.output, out);
+        bound.emplace_back(it->second, upstream);
+        const std::vector<int> input_grads =
+            splice(g, g.nodes.size(), *ctx, bound, [&] { return detail::gradient_rule<float>(n, inputs, out, upstream); });
+        for (std::size_t i = 0; i < n.inputs.size() && i < input_grads.size(); ++i)
+            if (input_grads[i] >= 0 && needs[static_cast<std::size_t>(n.inputs[i])]) add_gradient(n.inputs[i], input_grads[i]);
+    }
+    std::vector<std::pair<int, int>> result;
+    for (std::size_t id = 0; id < g.values.size(); ++id)
+        if (g.values[id].source == value_source::parameter) {
+            const auto it = grad.find(static_cast<int>(id));
+            if (it == grad.end()) continue;
+            result.emplace_back(static_cast<int>(id), it->second);
+            g.outputs.push_back(it->second);
+        }
+    return result;
+}
+
+/// A training step in graph mode (see train()).
+template <class Optimizer>
+class train_step {
+public:
+    train_step(function f, Optimizer& optimizer, std::vector<Tensor<float>> parameters)
+        : function_(std::move(f)), optimizer_(optimizer), parameters_(std::move(parameters)) {}
+
+    /// Runs forward and backward in the graph on one batch, then the optimizer's step; returns the loss.
+    template <class... T>
+    Tensor<float> operator()(const Tensor<T>&... batch) {
+        const any_tensor in[] = {any_tensor(batch)...};
+        const auto out = function_.run(std::span<const any_tensor>(in, sizeof...(T)));
+        // The graph made each gradient whole: it becomes the parameter's gradient as it is, with no
+        // zeroing and no accumulating pass over the buffers.
+        for (std::size_t i = 0; i < parameters_.size(); ++i) autograd::node_of(parameters_[i])->grad = std::get<Tensor<float>>(out[1 + i]);
+        optimizer_.step();
+        return std::get<Tensor<float>>(out[0]);
+    }
+
+    [[nodiscard]] function& graph() noexcept { return function_; }
+
+private:
+    function function_;
+    Optimizer& optimizer_;
+    std::vector<Tensor<float>> parameters_;  ///< in the order of the graph's gradient outputs
+};
+
+/// Traces loss(examples...) (one float32 element), differentiates the graph with respect to every
+/// parameter the loss reads, and optimises it (forward products take their activations into the GEMM
+/// epilogue, elementwise chains of both directions fuse, memory is planned). The result's call runs one
+/// training step on a batch and returns the loss; the parameters are the model's own, so eager code
+/// sees every update.
+template <class F, class Optimizer, class... T>
+[[nodiscard]] auto train(F&& loss, Optimizer& optimizer, const Tensor<T>&... examples) {
+    auto traced = trace(std::forward<F>(loss), examples...);
+    Graph g = traced.graph();
+    Context& ctx = traced.context();
+    pass_manager before;
+    before.add(common_subexpression_elimination()).add(constant_folding()).add(dead_code_elimination()).add(epilogue_fusion());
+    before.run(g);
+    const auto gradients = differentiate(g, g.outputs.at(0));
+    pass_manager after;
+    after.add(common_subexpression_elimination()).add(dead_code_elimination()).add(elementwise_fusion()).add(memory_planning());
+    after.run(g);
+    std::vector<Tensor<float>> parameters;
+    for (const auto& [parameter, gradient] : gradients)
+        parameters.push_back(std::get<Tensor<float>>(g.values[static_cast<std::size_t>(parameter)].data));
+    return train_step<Optimizer>(function(std::move(g), ctx), optimizer, std::move(parameters));
+}
+
+}  // namespace dl::graph

@@ -1,0 +1,126 @@
+// Training in graph mode (graph/differentiate.hpp): the differentiated graph gives eager autograd's
+// gradients, a graph training step moves the parameters exactly as the eager loop does, and what has
+// no gradient rule fails clearly.
+#include "support.hpp"
+
+#include <dl/dl.hpp>
+#include <dl/graph/differentiate.hpp>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using dl::Tensor;
+namespace graph = dl::graph;
+using any_tensor = dl::autograd::any_tensor;
+
+/// A model with two branches joined by add and mul, so gradients meet and accumulate.
+struct two_branch {
+    explicit two_branch(dl::Context& ctx)
+        : a(6, 8, true, ctx), b(6, 8, true, ctx), head(8, 4, true, ctx), scale(dl::uniform<float>({8}, 0.5f, 1.5f, ctx)) {
+        scale.requires_grad_();
+    }
+    Tensor<float> operator()(const Tensor<float>& x) {
+        const Tensor<float> left = dl::relu(a(x));
+        const Tensor<float> right = dl::tanh(b(x));
+        const Tensor<float> joined = (left + right) * dl::sigmoid(right) - left * scale;
+        return head(joined.reshape({x.shape()[0], 2, 4}).reshape({x.shape()[0], 8}));
+    }
+    std::vector<Tensor<float>> parameters() { return {a.weight, a.bias, b.weight, b.bias, head.weight, head.bias, scale}; }
+    dl::nn::linear<float> a, b, head;
+    Tensor<float> scale;
+};
+
+Tensor<std::int64_t> labels(std::int64_t n, dl::Context& ctx) {
+    Tensor<std::int64_t> y({n}, ctx);
+    for (std::int64_t i = 0; i < n; ++i) y(i) = (i * 7) % 4;
+    return y;
+}
+
+}  // namespace
+
+TEST_CASE("graph training: the differentiated graph gives eager autograd's gradients") {
+    dl::Context ctx({.seed = 21, .threads = 2});
+    two_branch model(ctx);
+    auto loss = [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) {
+        return dl::nn::cross_entropy(model(x), y, {.label_smoothing = 0.1});
+    };
+    const Tensor<float> x = dl::uniform<float>({5, 6}, -1, 1, ctx);
+    auto f = graph::trace(loss, x, labels(5, ctx));
+    std::vector<std::pair<int, int>> gradients;
+    f.transform([&](graph::Graph& g) { gradients = graph::differentiate(g, g.outputs.at(0)); });
+    REQUIRE(gradients.size() == 7);
+    const std::string text = f.to_string();
+    CAPTURE(text);
+    CHECK(text.find("cross_entropy_grad(") != std::string::npos);
+    for (bool optimized : {false, true}) {
+        if (optimized) f.optimize();
+        for (std::int64_t batch : {5, 9}) {
+            CAPTURE(optimized);
+            CAPTURE(batch);
+            const Tensor<float> in = dl::uniform<float>({batch, 6}, -1, 1, ctx);
+            const auto out = f.run(std::vector<any_tensor>{in, labels(batch, ctx)});
+            REQUIRE(out.size() == 8);
+            dl::nn::zero_grad(model.parameters());
+            Tensor<float> eager = loss(in, labels(batch, ctx));
+            eager.backward();
+            CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[0]), eager, 1e-6));
+            // Gradients come in parameter-value order: match each to its tensor by data.
+            for (std::size_t i = 0; i < gradients.size(); ++i) {
+                const Tensor<float>& p = std::get<Tensor<float>>(f.graph().values[std::size_t(gradients[i].first)].data);
+                CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[1 + i]), p.grad(), 1e-5));
+            }
+        }
+    }
+}
+
+TEST_CASE("graph training: a graph step moves the parameters as the eager loop does") {
+    auto make = [](dl::Context& ctx) {
+        return dl::nn::sequential{dl::nn::linear<float>(12, 16, true, ctx), dl::nn::relu{}, dl::nn::linear<float>(16, 8, true, ctx),
+                                  dl::nn::relu{}, dl::nn::linear<float>(8, 4, true, ctx)};
+    };
+    dl::Context eager_ctx({.seed = 22, .threads = 1}), graph_ctx({.seed = 22, .threads = 1});
+    auto eager_model = make(eager_ctx);
+    auto graph_model = make(graph_ctx);
+    dl::nn::adam<float> eager_opt(dl::nn::parameters(eager_model), {.lr = 1e-2});
+    dl::nn::adam<float> graph_opt(dl::nn::parameters(graph_model), {.lr = 1e-2});
+    auto step = graph::train(
+        [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(graph_model(x), y); }, graph_opt,
+        dl::uniform<float>({4, 12}, -1, 1, graph_ctx), labels(4, graph_ctx));
+    const std::string text = step.graph().to_string();
+    CAPTURE(text);
+    CHECK(text.find("linear(") != std::string::npos);
+    CHECK(text.find("fused(") != std::string::npos);  // the relu gradients' where chains
+    for (int i = 0; i < 4; ++i) {
+        const std::int64_t batch = i % 2 ? 6 : 4;
+        const Tensor<float> x = dl::uniform<float>({batch, 12}, -1, 1, eager_ctx);
+        const Tensor<float> x_copy = x.clone();
+        Tensor<float> eager_loss = dl::nn::cross_entropy(eager_model(x), labels(batch, eager_ctx));
+        eager_loss.backward();
+        eager_opt.step();
+        eager_opt.zero_grad();
+        const Tensor<float> graph_loss = step(Tensor<float>(x_copy.contiguous()), labels(batch, graph_ctx));
+        CHECK(graph_loss.item() == doctest::Approx(eager_loss.item()).epsilon(1e-5));
+    }
+    const auto eager_params = dl::nn::parameters(eager_model), graph_params = dl::nn::parameters(graph_model);
+    REQUIRE(eager_params.size() == graph_params.size());
+    for (std::size_t i = 0; i < eager_params.size(); ++i) CHECK(dl_test::same_elements(eager_params[i], graph_params[i], 1e-5));
+}
+
+TEST_CASE("graph training: what cannot be differentiated fails clearly") {
+    dl::Context ctx({.seed = 23, .threads = 1});
+    dl::nn::conv2d<float> conv(1, 2, 3, {}, true, ctx);
+    const Tensor<float> image = dl::uniform<float>({2, 1, 5, 5}, -1, 1, ctx);
+    auto conv_loss = graph::trace([&](const Tensor<float>& x) { return dl::mean(conv(x)); }, image);
+    CHECK_THROWS_WITH_AS(conv_loss.transform([](graph::Graph& g) { (void)graph::differentiate(g, g.outputs[0]); }),
+                         doctest::Contains("no gradient rule for mean"), dl::error);
+    dl::nn::linear<float> layer(3, 2, true, ctx);
+    const Tensor<float> x = dl::uniform<float>({4, 3}, -1, 1, ctx);
+    auto not_scalar = graph::trace([&](const Tensor<float>& in) { return layer(in); }, x);
+    CHECK_THROWS_WITH_AS(not_scalar.transform([](graph::Graph& g) { (void)graph::differentiate(g, g.outputs[0]); }),
+                         doctest::Contains("the loss must be one float32 element"), dl::error);
+    auto no_parameter = graph::trace([&](const Tensor<float>& in) { return dl::mean(in); }, x);
+    CHECK_THROWS_WITH_AS(no_parameter.transform([](graph::Graph& g) { (void)graph::differentiate(g, g.outputs[0]); }),
+                         doctest::Contains("depends on no parameter"), dl::error);
+}
