@@ -134,12 +134,7 @@ template <class F, class... T>
     detail::tracer recorder(g);
     (recorder.add_input(any_tensor(inputs)), ...);
     {
-        ctx.set_recorder(&recorder);
-        struct detach {
-            Context& ctx;
-            ~detach() { ctx.set_recorder(nullptr); }
-        } detach_on_exit{ctx};
-        const no_grad off(ctx);
+        const detail::recording on(ctx, recorder);
         auto add_output = [&]<class R>(const R& r) {
             const Tensor<value_t<R>> t = r;  // an expression still unevaluated records here
             g.outputs.push_back(recorder.value_for(any_tensor(t)));

@@ -116,6 +116,19 @@ private:
     std::vector<std::pair<any_tensor, int>> examples_;
 };
 
+/// Attaches a recorder to ctx, with gradients off, for its lifetime.
+class recording {
+public:
+    recording(Context& ctx, autograd::recorder& r) : ctx_(ctx), off_(ctx) { ctx.set_recorder(&r); }
+    recording(const recording&) = delete;
+    recording& operator=(const recording&) = delete;
+    ~recording() { ctx_.set_recorder(nullptr); }
+
+private:
+    Context& ctx_;
+    no_grad off_;
+};
+
 }  // namespace detail
 
 /// Records what make() executes as new nodes of g, placed before node `at`. Each bound tensor stands for
@@ -132,12 +145,7 @@ auto splice(Graph& g, std::size_t at, Context& ctx, std::span<const std::pair<in
     using result_t = std::invoke_result_t<Make&>;
     std::optional<result_t> result;
     {
-        ctx.set_recorder(&recorder);
-        struct detach {
-            Context& ctx;
-            ~detach() { ctx.set_recorder(nullptr); }
-        } detach_on_exit{ctx};
-        const no_grad off(ctx);
+        const detail::recording on(ctx, recorder);
         result.emplace(make());
     }
     auto ids = [&] {
