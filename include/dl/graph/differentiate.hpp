@@ -184,6 +184,39 @@ private:
     std::vector<Tensor<float>> parameters_;  ///< in the order of the graph's gradient outputs
 };
 
+namespace detail {
+
+/// A traced loss, differentiated: its graph (outputs: the loss, then one gradient per parameter), the
+/// Context it was traced on, and the parameters in the order of their gradient outputs.
+struct differentiated_loss {
+    Graph graph;
+    Context* context;
+    std::vector<Tensor<float>> parameters;
+};
+
+/// Traces loss(examples...), runs the forward passes (forward products take their activations into
+/// the GEMM epilogue first, so their gradient rules see the fused op) and differentiates.
+template <class F, class... T>
+[[nodiscard]] differentiated_loss differentiate_loss(F&& loss, const Tensor<T>&... examples) {
+    auto traced = trace(std::forward<F>(loss), examples...);
+    differentiated_loss result{traced.graph(), &traced.context(), {}};
+    pass_manager forward;
+    forward.add(common_subexpression_elimination()).add(constant_folding()).add(dead_code_elimination()).add(epilogue_fusion());
+    forward.run(result.graph);
+    for (const auto& [parameter, gradient] : differentiate(result.graph, result.graph.outputs.at(0)))
+        result.parameters.push_back(std::get<Tensor<float>>(result.graph.values[static_cast<std::size_t>(parameter)].data));
+    return result;
+}
+
+/// The passes for a differentiated graph: elementwise chains of both directions fuse, memory is planned.
+[[nodiscard]] inline pass_manager backward_passes() {
+    pass_manager after;
+    after.add(common_subexpression_elimination()).add(dead_code_elimination()).add(elementwise_fusion()).add(memory_planning());
+    return after;
+}
+
+}  // namespace detail
+
 /// Traces loss(examples...) (one float32 element), differentiates the graph with respect to every
 /// parameter the loss reads, and optimises it (forward products take their activations into the GEMM
 /// epilogue, elementwise chains of both directions fuse, memory is planned). The result's call runs one
@@ -191,20 +224,9 @@ private:
 /// sees every update.
 template <class F, class Optimizer, class... T>
 [[nodiscard]] auto train(F&& loss, Optimizer& optimizer, const Tensor<T>&... examples) {
-    auto traced = trace(std::forward<F>(loss), examples...);
-    Graph g = traced.graph();
-    Context& ctx = traced.context();
-    pass_manager before;
-    before.add(common_subexpression_elimination()).add(constant_folding()).add(dead_code_elimination()).add(epilogue_fusion());
-    before.run(g);
-    const auto gradients = differentiate(g, g.outputs.at(0));
-    pass_manager after;
-    after.add(common_subexpression_elimination()).add(dead_code_elimination()).add(elementwise_fusion()).add(memory_planning());
-    after.run(g);
-    std::vector<Tensor<float>> parameters;
-    for (const auto& [parameter, gradient] : gradients)
-        parameters.push_back(std::get<Tensor<float>>(g.values[static_cast<std::size_t>(parameter)].data));
-    return train_step<Optimizer>(function(std::move(g), ctx), optimizer, std::move(parameters));
+    detail::differentiated_loss d = detail::differentiate_loss(std::forward<F>(loss), examples...);
+    detail::backward_passes().run(d.graph);
+    return train_step<Optimizer>(function(std::move(d.graph), *d.context), optimizer, std::move(d.parameters));
 }
 
 }  // namespace dl::graph
