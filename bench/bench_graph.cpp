@@ -7,11 +7,13 @@
 // Adam on Fashion-MNIST, traced with every pass on, the int8 one quantized too (calibrated on 8
 // training batches); counter accuracy: on the 10,000 test images. mlp_train_eager/32 and
 // mlp_train_graph/32: one Adam training step (forward, cross-entropy, backward, update) of the
-// 784-256-128-10 MLP at batch 32, eagerly and as a differentiated graph.
+// 784-256-128-10 MLP at batch 32, eagerly and as a differentiated graph; mlp_train_data_parallel/32/2:
+// the same step over 2 in-process replicas (16 rows each, one allreduce of loss and gradients).
 #include <benchmark/benchmark.h>
 
 #include <dl/dl.hpp>
 #include <dl/data/fashion_mnist.hpp>
+#include <dl/dist/data_parallel.hpp>
 #include <dl/graph/differentiate.hpp>
 #include <dl/graph/trace.hpp>
 
@@ -233,6 +235,18 @@ void mlp_train_graph(benchmark::State& state) {
     train(state, ctx, [&](const dl::Tensor<float>& x, const dl::Tensor<std::int64_t>& y) { return step(x, y); });
 }
 
+void mlp_train_data_parallel(benchmark::State& state) {
+    dl::Context ctx({.seed = 4});
+    auto model = make_mlp(ctx);
+    dl::nn::adam<float> opt(dl::nn::parameters(model), {.lr = 1e-3});
+    const dl::Tensor<float> example = dl::zeros<float>({state.range(0), 784}, ctx);
+    const dl::Tensor<std::int64_t> labels = dl::zeros<std::int64_t>({state.range(0)}, ctx);
+    auto step = dl::dist::train_data_parallel(
+        [&](const dl::Tensor<float>& x, const dl::Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(model(x), y); }, opt,
+        static_cast<int>(state.range(1)), example, labels);
+    train(state, ctx, [&](const dl::Tensor<float>& x, const dl::Tensor<std::int64_t>& y) { return step(x, y); });
+}
+
 }  // namespace
 
 BENCHMARK(triad)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -244,3 +258,4 @@ BENCHMARK(mlp_f32_infer)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(mlp_int8_infer)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(mlp_train_eager)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(mlp_train_graph)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(mlp_train_data_parallel)->Args({32, 2})->Unit(benchmark::kMicrosecond)->UseRealTime();

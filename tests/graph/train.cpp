@@ -75,6 +75,41 @@ TEST_CASE("graph training: the differentiated graph gives eager autograd's gradi
     }
 }
 
+TEST_CASE("graph training: scalar-operand ops, div, exp, log, square, sqrt and transpose get eager's gradients") {
+    dl::Context ctx({.seed = 24, .threads = 1});
+    dl::nn::linear<float> layer(6, 4, true, ctx);
+    Tensor<float> w = dl::uniform<float>({4, 4}, -1, 1, ctx);
+    w.requires_grad_();
+    auto loss = [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) {
+        const Tensor<float> z = dl::matmul(layer(x), w.t());
+        const Tensor<float> p = dl::exp(z * 0.5f) + 1.0f;  // > 1, so log, sqrt and division are smooth
+        const Tensor<float> q = dl::log(p) / p;
+        const Tensor<float> logits = 2.0f / p + (1.0f - q) + (dl::sqrt(p) - dl::square(z) * 0.1f) / 3.0f - (q - 0.5f);
+        return dl::nn::cross_entropy(logits, y);
+    };
+    auto f = graph::trace(loss, dl::uniform<float>({5, 6}, -1, 1, ctx), labels(5, ctx));
+    std::vector<std::pair<int, int>> gradients;
+    f.transform([&](graph::Graph& g) { gradients = graph::differentiate(g, g.outputs.at(0)); });
+    REQUIRE(gradients.size() == 3);
+    const std::string text = f.to_string();
+    CAPTURE(text);
+    for (const char* op : {"transpose(", "exp(", "log(", "sqrt(", "square(", "div(", "{s0=2}", "{s0=1}", "{s1=3}"})
+        CHECK(text.find(op) != std::string::npos);
+    for (bool optimized : {false, true}) {
+        if (optimized) f.optimize();
+        const Tensor<float> in = dl::uniform<float>({7, 6}, -1, 1, ctx);
+        const auto out = f.run(std::vector<any_tensor>{in, labels(7, ctx)});
+        dl::nn::zero_grad(std::vector<Tensor<float>>{layer.weight, layer.bias, w});
+        Tensor<float> eager = loss(in, labels(7, ctx));
+        eager.backward();
+        CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[0]), eager, 1e-6));
+        for (std::size_t i = 0; i < gradients.size(); ++i) {
+            const Tensor<float>& p = std::get<Tensor<float>>(f.graph().values[std::size_t(gradients[i].first)].data);
+            CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[1 + i]), p.grad(), 1e-5));
+        }
+    }
+}
+
 TEST_CASE("graph training: a graph step moves the parameters as the eager loop does") {
     auto make = [](dl::Context& ctx) {
         return dl::nn::sequential{dl::nn::linear<float>(12, 16, true, ctx), dl::nn::relu{}, dl::nn::linear<float>(16, 8, true, ctx),

@@ -7,11 +7,11 @@
 // backward in the graph, then the optimizer's update.
 //
 // Unfinished: gradient rules exist for linear (with its epilogue activation, except gelu), matmul,
-// relu, tanh, sigmoid, add, sub and mul of two tensors (broadcasting), neg, reshape (flatten),
-// transpose, clone, and cross_entropy / nll_loss. Other ops (conv2d, pooling, normalization,
-// elementwise ops with a scalar operand, reductions, dropout) fail clearly with "no gradient rule".
+// relu, tanh, sigmoid, neg, exp, log, square, sqrt, add/sub/mul/div of two tensors (broadcasting) or
+// of a tensor and a scalar, reshape (flatten), transpose, clone, and cross_entropy / nll_loss. Other
+// ops (conv2d, pooling, normalization, reductions, dropout) fail clearly with "no gradient rule".
 // The optimizer update runs after the graph, as the optimizer's own fused loop, not as graph nodes.
-#include <cstdio>
+#include <charconv>
 #include <map>
 #include <string>
 #include <utility>
@@ -37,6 +37,28 @@ template <class T>
     for (int d = 0; d < g.rank(); ++d)
         if (d < lead || shape[d - lead] == 1) axes.push_back(d);
     return dl::sum(g, axes, true).reshape(shape);
+}
+
+/// A list attribute "key=[a, b, ...]" (as Dims print). The generic attribute() reader stops at the
+/// first ", ", which a list contains.
+[[nodiscard]] inline Dims parse_dims(const node& n, std::string_view key) {
+    const std::string_view text = n.attributes;
+    const std::string opening = std::string(key) + "=[";
+    std::size_t at = text.find(opening);
+    while (at != std::string_view::npos && at != 0 && text[at - 1] != ' ') at = text.find(opening, at + 1);
+    const std::size_t close = at == std::string_view::npos ? at : text.find(']', at);
+    if (close == std::string_view::npos)
+        dl::detail::fail("dl::graph: node ", n.op, " has no readable attribute ", key, " in {", n.attributes, "}");
+    Dims dims;
+    for (std::size_t p = at + opening.size(); p < close;) {
+        std::int64_t v = 0;
+        const auto [end, error] = std::from_chars(text.data() + p, text.data() + close, v);
+        if (error != std::errc{}) dl::detail::fail("dl::graph: node ", n.op, " has no readable attribute ", key, " in {", n.attributes, "}");
+        dims.push_back(v);
+        p = static_cast<std::size_t>(end - text.data());
+        if (p < close) p += 2;  // ", "
+    }
+    return dims;
 }
 
 /// The gradients of node n's inputs (null tensors where an input gets none) from the gradient of its
@@ -68,11 +90,25 @@ template <class T>
     if (op == "reshape" && in.size() == 1) return {grad.reshape(input(0).shape())};
     if (op == "clone" && in.size() == 1) return {grad};
     if (op == "transpose" && in.size() == 1) {
-        const auto dims = attribute(n, "args");  // "[d0, d1]"
-        std::int64_t a = 0, b = 0;
-        if (std::sscanf(std::string(dims).c_str(), "[%ld, %ld]", &a, &b) != 2)
-            dl::detail::fail("dl::graph::differentiate: transpose without readable dimensions {", n.attributes, "}");
-        return {grad.transpose(a, b)};
+        const Dims dims = parse_dims(n, "args");
+        if (dims.size() != 2) dl::detail::fail("dl::graph::differentiate: transpose needs two dimensions, got {", n.attributes, "}");
+        return {grad.transpose(dims[0], dims[1])};
+    }
+    if (op == "exp" && in.size() == 1) return {Tensor<T>(grad * out)};
+    if (op == "log" && in.size() == 1) return {Tensor<T>(grad / input(0))};
+    if (op == "square" && in.size() == 1) return {Tensor<T>(grad * T(2) * input(0))};
+    if (op == "sqrt" && in.size() == 1) return {Tensor<T>(grad * T(0.5) / out)};
+    if (op == "div" && two)
+        return {sum_to(Tensor<T>(grad / input(1)), input(0).shape()), sum_to(Tensor<T>(-grad * out / input(1)), input(1).shape())};
+    // One tensor and one scalar operand: "s0=c" when the scalar is the left operand, "s1=c" the right.
+    if ((op == "add" || op == "sub" || op == "mul" || op == "div") && in.size() == 1) {
+        const bool left = !attribute(n, "s0").empty();
+        const T c = static_cast<T>(parse_attribute<double>(n, left ? "s0" : "s1"));
+        if (op == "add" || (op == "sub" && !left)) return {grad};
+        if (op == "sub") return {Tensor<T>(-grad)};
+        if (op == "mul") return {Tensor<T>(grad * c)};
+        if (!left) return {Tensor<T>(grad / c)};
+        return {Tensor<T>(-grad * out / input(0))};  // d(c / x) = -c / x² = -out / x
     }
     if ((op == "cross_entropy" || op == "nll_loss") && in.size() == 2) {
         const nn::cross_entropy_options o{static_cast<nn::reduction>(parse_attribute<int>(n, "reduce")),
@@ -83,7 +119,8 @@ template <class T>
     }
     dl::detail::fail("dl::graph::differentiate: no gradient rule for ", n.op, n.attributes.empty() ? "" : " {",
                      n.attributes, n.attributes.empty() ? "" : "}", " (graph training supports linear, matmul, relu, tanh, "
-                     "sigmoid, neg, add/sub/mul of two tensors, reshape, transpose, clone, cross_entropy, nll_loss)");
+                     "sigmoid, neg, exp, log, square, sqrt, add/sub/mul/div of tensors and scalars, reshape, transpose, "
+                     "clone, cross_entropy, nll_loss)");
 }
 
 }  // namespace detail
