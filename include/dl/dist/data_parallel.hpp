@@ -183,6 +183,9 @@ public:
             // each thread takes exactly one.
             runners_.parallel_for(n, [&](std::int64_t r) {
                 Context& ctx = *contexts_[static_cast<std::size_t>(r)];
+                // As on the Context's own threads: the caller runs a replica too, and arithmetic on
+                // denormal values (tiny late-training gradients) is ~100× slower without flushing.
+                const dl::flush_denormals mode(ctx.flushes_denormals());
                 const std::int64_t begin = rows * r / n, end = rows * (r + 1) / n;
                 try {
                     const autograd::any_tensor in[] = {autograd::any_tensor(detail::rows_of(batch, begin, end, ctx))...,
