@@ -14,6 +14,7 @@
 
 #include "../autograd/conv.hpp"
 #include "../autograd/quantized.hpp"
+#include "../core/creation.hpp"
 #include "executor.hpp"
 #include "passes.hpp"
 #include "tracer.hpp"
@@ -82,7 +83,11 @@ inline void remove_nodes_making(Graph& g, std::initializer_list<int> outputs) {
 }
 
 /// Folds one inference batch_norm into the conv2d before it; false when there is none to fold.
-inline bool fold_one_batch_norm(Graph& g) {
+/// A template (as are fold_batch_norm and inference_passes) so that only the translation units that use
+/// the pass compile the conv2d it splices in for every floating dtype: g++ takes ~7 s per dtype, which
+/// every file including <dl/dl.hpp> paid when these were plain inline functions.
+template <class = void>
+bool fold_one_batch_norm(Graph& g) {
     const std::vector<int> uses = g.use_counts();
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         const node& bn = g.nodes[i];
@@ -145,7 +150,8 @@ inline bool fold_one_batch_norm(Graph& g) {
 /// Folds each inference batch_norm (training=false, statistics and affine parameters fixed) that alone
 /// reads a conv2d without an activation into that conv2d's weight and bias: one op instead of two and
 /// no pass over the conv's output. The folded weight and bias are constants computed when the pass runs.
-[[nodiscard]] inline pass fold_batch_norm() {
+template <class = void>
+[[nodiscard]] pass fold_batch_norm() {
     return {"fold_batch_norm", {}, {"epilogue_fusion", "memory_planning"}, [](Graph& g) {
                 while (detail::fold_one_batch_norm(g)) {
                 }
@@ -372,7 +378,8 @@ inline void check_amount(double amount, std::string_view pass) {
 }
 
 /// default_passes() with batch_norm folding: for a trained model in evaluation mode.
-[[nodiscard]] inline pass_manager inference_passes() {
+template <class = void>
+[[nodiscard]] pass_manager inference_passes() {
     pass_manager m = default_passes();
     m.add(fold_batch_norm());
     return m;
