@@ -218,16 +218,10 @@ void run_tile(const Op& op, R* out, std::int64_t count, const tile_operand* inpu
     const std::int64_t origin[1] = {0};
     ev.seek(origin, 0);
     using dl::detail::row_kernel;
-    if constexpr (dl::detail::vectorizes_into<decltype(ev), R>) {
-        bool broadcast = false;
-        ev.for_each_strides([&](const Strides& s) { broadcast = broadcast || s[0] == 0; });
-        if (broadcast)
-            dl::detail::run_row<row_kernel::simd_mixed>(out, 1, ev, 0, count);
-        else
-            dl::detail::run_row<row_kernel::simd_unit>(out, 1, ev, 0, count);
-    } else {
-        dl::detail::run_row<row_kernel::scalar>(out, 1, ev, 0, count);
-    }
+    if constexpr (dl::detail::vectorizes_into<decltype(ev), R>)
+        dl::detail::run_row<row_kernel::simd>(out, 1, ev, 0, count, false);
+    else
+        dl::detail::run_row<row_kernel::scalar>(out, 1, ev, 0, count, false);
 }
 
 /// Records e as one op per functor, innermost first, and returns its value: tracing (graph/) sees a

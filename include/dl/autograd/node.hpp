@@ -138,12 +138,10 @@ void accumulate(typed_node<T>& n, G&& g) {
         }
         return;
     }
-    if (!n.grad.defined()) {
-        n.grad = Tensor<T>(n.shape(), n.context());
-        assign(n.grad, std::forward<G>(g));
-    } else {
-        assign(n.grad, n.grad + std::forward<G>(g));
-    }
+    // One loop for both cases: a separate n.grad + g would compile g's whole chain a second time.
+    const bool add = n.grad.defined();
+    if (!add) n.grad = Tensor<T>(n.shape(), n.context());
+    assign(n.grad, std::forward<G>(g), add);
 }
 
 /// The gradient tensor of n, allocated as zeros on first use (for ops that add into part of it).

@@ -67,28 +67,32 @@ void trace_view(recorder& r, const Tensor<T>& source, const Tensor<T>& view, con
 template <class T>
 Tensor<T> record_view(const Tensor<T>& source, Tensor<T> view, const view_op& op) {
     if (auto* r = source.context().recorder()) detail::trace_view(*r, source, view, op);
-    if (!source.grad_link() || !source.context().grad_enabled()) return view;
-    record(
-        view,
-        [op](const Tensor<T>& g, const Tensor<T>& src) {
-            auto& n = *node_of(src);
-            const auto& a = op.args;
-            switch (op.kind) {
-                case view_op::slice: grad_buffer(n).slice(a[0], a[1], a[2], a[3]) += g; break;
-                case view_op::select: grad_buffer(n).select(a[0], a[1]) += g; break;
-                case view_op::transpose: accumulate(n, g.transpose(a[0], a[1])); break;
-                case view_op::permute: {
-                    Dims inverse = a;
-                    for (int i = 0; i < a.size(); ++i) inverse[static_cast<int>(a[i])] = i;
-                    accumulate(n, g.permute(inverse));
-                    break;
-                }
-                case view_op::reshape: accumulate(n, g.reshape(n.shape())); break;
-                case view_op::expand:  // accumulate sums over the broadcast dimensions
-                case view_op::copy: accumulate(n, g); break;
-            }
-        },
-        source);
+    // Only floating tensors have gradients; graph code views tensors of every dtype, and compiling the
+    // gradient expressions for those would cost every includer of dl.hpp ~0.5 s.
+    if constexpr (is_floating_element<T>) {
+        if (source.grad_link() && source.context().grad_enabled())
+            record(
+                view,
+                [op](const Tensor<T>& g, const Tensor<T>& src) {
+                    auto& n = *node_of(src);
+                    const auto& a = op.args;
+                    switch (op.kind) {
+                        case view_op::slice: grad_buffer(n).slice(a[0], a[1], a[2], a[3]) += g; break;
+                        case view_op::select: grad_buffer(n).select(a[0], a[1]) += g; break;
+                        case view_op::transpose: accumulate(n, g.transpose(a[0], a[1])); break;
+                        case view_op::permute: {
+                            Dims inverse = a;
+                            for (int i = 0; i < a.size(); ++i) inverse[static_cast<int>(a[i])] = i;
+                            accumulate(n, g.permute(inverse));
+                            break;
+                        }
+                        case view_op::reshape: accumulate(n, g.reshape(n.shape())); break;
+                        case view_op::expand:  // accumulate sums over the broadcast dimensions
+                        case view_op::copy: accumulate(n, g); break;
+                    }
+                },
+                source);
+    }
     return view;
 }
 

@@ -41,13 +41,9 @@ struct leaf_eval {
     }
     DL_INLINE compute get(std::int64_t j) const noexcept { return static_cast<compute>(row[j * inner]); }
 #ifndef DL_NO_SIMD
-    /// Unit: every operand has inner stride 1 (else this one's is 0 or 1).
-    template <bool Unit>
+    /// The row's inner stride is 1, or 0 (broadcast).
     DL_INLINE simd::batch<compute> load(std::int64_t j) const noexcept {
-        if constexpr (Unit)
-            return simd::load_compute(row + j);
-        else
-            return inner ? simd::load_compute(row + j) : simd::batch<compute>(static_cast<compute>(row[0]));
+        return inner ? simd::load_compute(row + j) : simd::batch<compute>(static_cast<compute>(row[0]));
     }
     DL_INLINE simd::batch<compute> load_partial(std::int64_t j, std::int64_t n) const noexcept {
         alignas(64) compute buf[simd::width<compute>] = {};
@@ -67,7 +63,6 @@ struct scalar_eval {
     void seek(const std::int64_t*, int) noexcept {}
     DL_INLINE compute get(std::int64_t) const noexcept { return value; }
 #ifndef DL_NO_SIMD
-    template <bool>
     DL_INLINE simd::batch<compute> load(std::int64_t) const noexcept {
         return simd::batch<compute>(value);
     }
@@ -94,9 +89,8 @@ struct node_eval {
 #ifndef DL_NO_SIMD
     // Only instantiated when simd_lane<> says the whole tree vectorises: operands are batches (or
     // masks, for where's condition) of Operand already.
-    template <bool Unit>
     DL_INLINE auto load(std::int64_t j) const noexcept {
-        return load<Unit>(j, std::index_sequence_for<Evals...>{});
+        return load(j, std::index_sequence_for<Evals...>{});
     }
     DL_INLINE auto load_partial(std::int64_t j, std::int64_t n) const noexcept {
         return load_partial(j, n, std::index_sequence_for<Evals...>{});
@@ -115,9 +109,9 @@ private:
             return op(static_cast<Operand>(std::get<I>(evals).get(j))...);
     }
 #ifndef DL_NO_SIMD
-    template <bool Unit, std::size_t... I>
+    template <std::size_t... I>
     DL_INLINE auto load(std::int64_t j, std::index_sequence<I...>) const noexcept {
-        return op(std::get<I>(evals).template load<Unit>(j)...);
+        return op(std::get<I>(evals).load(j)...);
     }
     template <std::size_t... I>
     DL_INLINE auto load_partial(std::int64_t j, std::int64_t n, std::index_sequence<I...>) const noexcept {

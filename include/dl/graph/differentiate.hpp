@@ -128,7 +128,10 @@ template <class T>
 /// Appends the nodes computing d loss / d p for each parameter p that `loss` (a one-element float
 /// value) depends on; returns (parameter value, gradient value) pairs, in value order. The gradient
 /// values are made graph outputs after the existing ones.
-inline std::vector<std::pair<int, int>> differentiate(Graph& g, int loss) {
+// A template only so that the gradient rules it records (every op's expressions, forward, backward
+// and traced: ~8 s of g++) compile in the files that train in graph mode, not in every includer.
+template <class = void>
+std::vector<std::pair<int, int>> differentiate(Graph& g, int loss) {
     const value& l = g.values.at(static_cast<std::size_t>(loss));
     if (l.shape.numel() != 1 || l.dtype != DType::float32)
         dl::detail::fail("dl::graph::differentiate: the loss must be one float32 element, got ", g.describe_type(loss));

@@ -73,24 +73,39 @@ void coalesce(Shape& shape, Strides& out_strides, Eval& ev) {
     }
 }
 
-enum class row_kernel { scalar, simd_unit, simd_mixed };
+// Two loops per expression type, not one per operand layout: every instantiated loop inlines the whole
+// chain, and an expression is instantiated forward, backward and traced, so each extra variant costs
+// every file that writes one ~0.4 s of g++. A SIMD operand whose inner stride is 0 (broadcast) or 1 picks
+// its load at run time, a branch the predictor gets right after the first batch.
+enum class row_kernel { scalar, simd };
 
+/// out[j] = e[j] for j in [j, end) of one row, or out[j] += e[j] when `accumulate` (computed in the
+/// compute type and rounded once, as the expression out + e would be; a run-time flag so that gradient
+/// accumulation reuses the loop of the first write instead of instantiating another).
 template <row_kernel Kind, class T, class Eval>
-DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int64_t j, std::int64_t end) {
+DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int64_t j, std::int64_t end, bool accumulate) {
+    using C = compute_t<T>;
     if constexpr (Kind == row_kernel::scalar) {
-        for (; j < end; ++j) out[j * out_stride] = static_cast<T>(ev.get(j));
+        for (; j < end; ++j) {
+            T& o = out[j * out_stride];
+            o = accumulate ? static_cast<T>(static_cast<C>(o) + static_cast<C>(ev.get(j))) : static_cast<T>(ev.get(j));
+        }
     } else {
 #ifndef DL_NO_SIMD
-        using C = compute_t<T>;
         constexpr int W = simd::width<C>;
-        constexpr bool unit = Kind != row_kernel::simd_mixed;
         auto partial = [&](std::int64_t n) {
             alignas(64) C buf[W];
             ev.load_partial(j, n).store_aligned(buf);
-            for (std::int64_t k = 0; k < n; ++k) out[j + k] = static_cast<T>(buf[k]);
+            for (std::int64_t k = 0; k < n; ++k)
+                out[j + k] = accumulate ? static_cast<T>(static_cast<C>(out[j + k]) + buf[k]) : static_cast<T>(buf[k]);
             j += n;
         };
-        for (; j + W <= end; j += W) simd::store_compute(out + j, ev.template load<unit>(j));
+        for (; j + W <= end; j += W) {
+            auto v = ev.load(j);
+            if constexpr (is_floating_element<T>)
+                if (accumulate) v += simd::load_compute(out + j);
+            simd::store_compute(out + j, v);
+        }
         if (j < end) partial(end - j);
 #endif
     }
@@ -99,7 +114,7 @@ DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int
 /// Evaluates elements [begin, end) of the flattened (coalesced) output.
 template <row_kernel Kind, class T, class Eval>
 void run_range(T* out, const Shape& shape, const Strides& out_strides, const Eval& shared, std::int64_t begin,
-               std::int64_t end) {
+               std::int64_t end, bool accumulate) {
     // A local copy the compiler can keep in registers: stores through `out` cannot alias it.
     Eval ev = shared;
     const int outer = shape.size() - 1;
@@ -115,15 +130,16 @@ void run_range(T* out, const Shape& shape, const Strides& out_strides, const Eva
         T* out_row = out;
         for (int d = 0; d < outer; ++d) out_row += index[d] * out_strides[d];
         const std::int64_t stop = std::min(inner, j + (end - begin));
-        run_row<Kind>(out_row, out_strides[outer], ev, j, stop);
+        run_row<Kind>(out_row, out_strides[outer], ev, j, stop, accumulate);
         begin += stop - j;
         j = 0;
         for (int d = outer - 1; d >= 0 && ++index[d] == shape[d]; --d) index[d] = 0;
     }
 }
 
+/// out = e, or out += e when `accumulate` (see run_row).
 template <class T, class E>
-void evaluate_into(Tensor<T>& out, const E& e) {
+void evaluate_into(Tensor<T>& out, const E& e, bool accumulate = false) {
     const std::int64_t n = out.numel();
     if (n == 0) return;
     Shape shape = out.shape();
@@ -135,25 +151,21 @@ void evaluate_into(Tensor<T>& out, const E& e) {
         constexpr std::int64_t cost = cost_of<E> + 1;
         const int threads = out.context().concurrency();
         if (threads <= 1 || n * cost < parallel_threshold_work) {
-            run_range<Kind>(out.data(), shape, out_strides, ev, 0, n);
+            run_range<Kind>(out.data(), shape, out_strides, ev, 0, n, accumulate);
             return;
         }
         const std::int64_t chunks = std::min<std::int64_t>(threads, n * cost / (parallel_threshold_work / 2));
         const std::int64_t chunk = ((n + chunks - 1) / chunks + 63) & ~std::int64_t{63};  // whole cache lines
         out.context().parallel_for(chunks, [&](std::int64_t i) {
             const std::int64_t begin = std::min(n, i * chunk), end = std::min(n, begin + chunk);
-            if (begin < end) run_range<Kind>(out.data(), shape, out_strides, ev, begin, end);
+            if (begin < end) run_range<Kind>(out.data(), shape, out_strides, ev, begin, end, accumulate);
         });
     };
 
     if constexpr (vectorizes_into<decltype(ev), T>) {
-        bool unit = out_strides.back() == 1, mixed = unit;
-        ev.for_each_strides([&](const Strides& s) {
-            unit = unit && s.back() == 1;
-            mixed = mixed && (s.back() == 0 || s.back() == 1);
-        });
-        if (unit) return run.template operator()<row_kernel::simd_unit>();
-        if (mixed) return run.template operator()<row_kernel::simd_mixed>();
+        bool simd = out_strides.back() == 1;
+        ev.for_each_strides([&](const Strides& s) { simd = simd && (s.back() == 0 || s.back() == 1); });
+        if (simd) return run.template operator()<row_kernel::simd>();
     }
     run.template operator()<row_kernel::scalar>();
 }
@@ -162,17 +174,19 @@ void evaluate_into(Tensor<T>& out, const E& e) {
 
 /// Writes expression (or number) `e` into `out`, broadcasting it to out's shape; a null `out` is
 /// allocated with the expression's shape. Operands that overlap `out` in any way other than reading
-/// exactly the element being written are evaluated through a temporary first.
+/// exactly the element being written are evaluated through a temporary first. With `accumulate`,
+/// adds e into the defined `out` instead (out + e rounded once, in the loop that would write e).
 template <class T, class E>
-void assign(Tensor<T>& out, E&& e) {
+void assign(Tensor<T>& out, E&& e, bool accumulate = false) {
     if constexpr (!expression<E>) {
         static_assert(scalar<E> || std::is_same_v<std::remove_cvref_t<E>, bool>,
                       "dl: only a Tensor, an expression or a number can be assigned to a Tensor");
         if (!out.defined()) detail::fail("dl::assign: cannot write a number into a null tensor (it has no shape)");
-        detail::evaluate_into(out, scalar_node<T>{{}, static_cast<T>(e)});
+        detail::evaluate_into(out, scalar_node<T>{{}, static_cast<T>(e)}, accumulate);
     } else {
         const Shape shape = shape_of(e);
         if (!out.defined()) {
+            if (accumulate) detail::fail("dl::assign: cannot add into a null tensor (it has no values)");
             Context* ctx = context_of(e);
             out = Tensor<T>(shape, ctx ? *ctx : default_context());
         } else if (shape != out.shape() && broadcast_shapes(out.shape(), shape, "assign") != out.shape()) {
@@ -182,15 +196,15 @@ void assign(Tensor<T>& out, E&& e) {
         using X = std::remove_cvref_t<E>;
         const auto n = static_cast<double>(out.numel());
         const prof::op_scope scope(out.context(), expression_name<X>, n * op_count<X>,
-                                   n * static_cast<double>(sizeof(T) * (leaf_count<X> + 1)));
+                                   n * static_cast<double>(sizeof(T) * (leaf_count<X> + 1 + accumulate)));
         bool alias = false;
         detail::for_each_tensor(e, [&](const auto& t) { alias = alias || detail::reads_ahead_of_write(t, out); });
         if (alias) {
             Tensor<value_t<E>> tmp(shape, out.context());
             detail::evaluate_into(tmp, e);
-            detail::evaluate_into(out, tmp);
+            detail::evaluate_into(out, tmp, accumulate);
         } else {
-            detail::evaluate_into(out, e);
+            detail::evaluate_into(out, e, accumulate);
         }
     }
 }
