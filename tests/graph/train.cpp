@@ -1,6 +1,7 @@
 // Training in graph mode (graph/differentiate.hpp): the differentiated graph gives eager autograd's
-// gradients, a graph training step moves the parameters exactly as the eager loop does, and what has
-// no gradient rule fails clearly.
+// gradients, through rules of its own or through vjp nodes (conv2d, pooling, layer_norm, reductions,
+// softmax); a graph training step moves the parameters exactly as the eager loop does; what has no
+// gradient rule fails clearly.
 #include "support.hpp"
 
 #include <dl/dl.hpp>
@@ -143,13 +144,96 @@ TEST_CASE("graph training: a graph step moves the parameters as the eager loop d
     for (std::size_t i = 0; i < eager_params.size(); ++i) CHECK(dl_test::same_elements(eager_params[i], graph_params[i], 1e-5));
 }
 
+TEST_CASE("graph training: conv2d, pooling, layer_norm, softmax and reductions get eager's gradients through vjp nodes") {
+    for (int threads : {1, 2}) {
+        CAPTURE(threads);
+        dl::Context ctx({.seed = 25, .threads = threads});
+        dl::nn::conv2d<float> conv(2, 3, 3, {.padding = 1}, true, ctx);
+        dl::nn::layer_norm<float> norm(dl::Shape{12}, 1e-5, true, ctx);
+        dl::nn::linear<float> head(12, 4, true, ctx);
+        auto loss = [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) {
+            const Tensor<float> c = dl::relu(conv(x));                                     // [N, 3, 6, 6]
+            const Tensor<float> p = dl::max_pool2d(c, {.kernel = 2});                      // [N, 3, 3, 3]
+            const Tensor<float> a = dl::avg_pool2d(p, {.kernel = 2, .stride = 1});         // [N, 3, 2, 2]
+            const Tensor<float> h = norm(a.reshape({x.shape()[0], 12}));
+            const Tensor<float> s = dl::softmax(h, 1) * 4.0f + dl::mean(h, {1}, true);
+            return Tensor<float>(dl::nn::cross_entropy(head(s), y) + dl::sum(dl::square(conv.weight)) * 0.01f);
+        };
+        auto f = graph::trace(loss, dl::uniform<float>({4, 2, 6, 6}, -1, 1, ctx), labels(4, ctx));
+        std::vector<std::pair<int, int>> gradients;
+        f.transform([&](graph::Graph& g) { gradients = graph::differentiate(g, g.outputs.at(0)); });
+        REQUIRE(gradients.size() == 6);
+        const std::string text = f.to_string();
+        CAPTURE(text);
+        for (const char* op : {"vjp(", "{of=conv2d", "{of=max_pool2d", "{of=avg_pool2d", "{of=layer_norm", "{of=softmax",
+                               "{of=mean", "{of=sum", "vjp_part("})
+            CHECK(text.find(op) != std::string::npos);
+        for (bool optimized : {false, true}) {
+            if (optimized) f.optimize();
+            for (std::int64_t batch : {4, 7}) {  // the packed gradients follow the run's batch
+                CAPTURE(optimized);
+                CAPTURE(batch);
+                const Tensor<float> in = dl::uniform<float>({batch, 2, 6, 6}, -1, 1, ctx);
+                const auto out = f.run(std::vector<any_tensor>{in, labels(batch, ctx)});
+                REQUIRE(out.size() == 7);
+                const std::vector<Tensor<float>> params{conv.weight, conv.bias, norm.weight, norm.bias, head.weight, head.bias};
+                dl::nn::zero_grad(params);
+                Tensor<float> eager = loss(in, labels(batch, ctx));
+                eager.backward();
+                CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[0]), eager, 1e-6));
+                for (std::size_t i = 0; i < gradients.size(); ++i) {
+                    const Tensor<float>& p = std::get<Tensor<float>>(f.graph().values[std::size_t(gradients[i].first)].data);
+                    CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[1 + i]), p.grad(), 1e-5));
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("graph training: a CNN's graph step moves the parameters as the eager loop does") {
+    struct cnn {
+        explicit cnn(dl::Context& ctx) : conv(1, 4, 3, {}, true, ctx), head(4 * 3 * 3, 5, true, ctx) {}
+        Tensor<float> operator()(const Tensor<float>& x) {
+            const Tensor<float> p = dl::max_pool2d(Tensor<float>(dl::relu(conv(x))), {.kernel = 2});
+            return head(p.reshape({x.shape()[0], 4 * 3 * 3}));
+        }
+        std::vector<Tensor<float>> parameters() { return {conv.weight, conv.bias, head.weight, head.bias}; }
+        dl::nn::conv2d<float> conv;
+        dl::nn::linear<float> head;
+    };
+    dl::Context eager_ctx({.seed = 26, .threads = 2}), graph_ctx({.seed = 26, .threads = 2});
+    cnn eager_model(eager_ctx), graph_model(graph_ctx);
+    dl::nn::sgd<float> eager_opt(eager_model.parameters(), {.lr = 0.1, .momentum = 0.9});
+    dl::nn::sgd<float> graph_opt(graph_model.parameters(), {.lr = 0.1, .momentum = 0.9});
+    auto step = graph::train(
+        [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(graph_model(x), y); }, graph_opt,
+        dl::uniform<float>({3, 1, 8, 8}, -1, 1, graph_ctx), labels(3, graph_ctx));
+    for (int i = 0; i < 4; ++i) {
+        const std::int64_t batch = i % 2 ? 5 : 3;
+        const Tensor<float> x = dl::uniform<float>({batch, 1, 8, 8}, -1, 1, eager_ctx);
+        Tensor<float> eager_loss = dl::nn::cross_entropy(eager_model(x), labels(batch, eager_ctx));
+        eager_loss.backward();
+        eager_opt.step();
+        eager_opt.zero_grad();
+        const Tensor<float> graph_loss = step(Tensor<float>(x.clone()), labels(batch, graph_ctx));
+        CHECK(graph_loss.item() == doctest::Approx(eager_loss.item()).epsilon(1e-5));
+    }
+    const auto eager_params = eager_model.parameters(), graph_params = graph_model.parameters();
+    for (std::size_t i = 0; i < eager_params.size(); ++i) CHECK(dl_test::same_elements(eager_params[i], graph_params[i], 1e-5));
+}
+
 TEST_CASE("graph training: what cannot be differentiated fails clearly") {
     dl::Context ctx({.seed = 23, .threads = 1});
-    dl::nn::conv2d<float> conv(1, 2, 3, {}, true, ctx);
-    const Tensor<float> image = dl::uniform<float>({2, 1, 5, 5}, -1, 1, ctx);
-    auto conv_loss = graph::trace([&](const Tensor<float>& x) { return dl::mean(conv(x)); }, image);
-    CHECK_THROWS_WITH_AS(conv_loss.transform([](graph::Graph& g) { (void)graph::differentiate(g, g.outputs[0]); }),
-                         doctest::Contains("no gradient rule for mean"), dl::error);
+    dl::nn::linear<float> first(3, 3, true, ctx);
+    auto no_rule = graph::trace([&](const Tensor<float>& in) { return dl::mean(dl::sin(first(in))); },
+                                dl::uniform<float>({4, 3}, -1, 1, ctx));
+    CHECK_THROWS_WITH_AS(no_rule.transform([](graph::Graph& g) { (void)graph::differentiate(g, g.outputs[0]); }),
+                         doctest::Contains("no gradient rule for sin"), dl::error);
+    dl::nn::dropout drop(0.5);
+    auto effect = graph::trace([&](const Tensor<float>& in) { return dl::mean(drop(first(in))); },
+                               dl::uniform<float>({4, 3}, -1, 1, ctx));
+    CHECK_THROWS_WITH_AS(effect.transform([](graph::Graph& g) { (void)graph::differentiate(g, g.outputs[0]); }),
+                         doctest::Contains("no gradient rule for dropout (an op with effects)"), dl::error);
     dl::nn::linear<float> layer(3, 2, true, ctx);
     const Tensor<float> x = dl::uniform<float>({4, 3}, -1, 1, ctx);
     auto not_scalar = graph::trace([&](const Tensor<float>& in) { return layer(in); }, x);

@@ -6,13 +6,20 @@
 // train() traces a loss function, differentiates it and returns a step: one call runs forward and
 // backward in the graph, then the optimizer's update.
 //
-// Unfinished: gradient rules exist for linear (with its epilogue activation, except gelu), matmul,
-// relu, tanh, sigmoid, neg, exp, log, square, sqrt, add/sub/mul/div of two tensors (broadcasting) or
-// of a tensor and a scalar, reshape (flatten), transpose, clone, and cross_entropy / nll_loss. Other
-// ops (conv2d, pooling, normalization, reductions, dropout) fail clearly with "no gradient rule".
-// The optimizer update runs after the graph, as the optimizer's own fused loop, not as graph nodes.
+// Gradient rules of their own (graph ops, so fusion and memory planning see through them) exist for
+// linear (with its epilogue activation, except gelu), matmul, relu, tanh, sigmoid, neg, exp, log,
+// square, sqrt, add/sub/mul/div of two tensors (broadcasting) or of a tensor and a scalar, reshape
+// (flatten), transpose, clone, and cross_entropy / nll_loss. Every other op without effects (conv2d,
+// pooling, normalization in eval mode, reductions, softmax, indexing) gets its gradient from its
+// eager definition: a "vjp" node re-runs the op's own kernel where autograd records and runs its
+// backward (see eager_gradient), which costs one more forward of that op per step. Elementwise ops
+// without a rule (sin, gelu, ...) and ops with effects (dropout, batch_norm in training mode) fail
+// clearly. The optimizer update runs after the graph, as the optimizer's own fused loop, not as graph
+// nodes.
 #include <charconv>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,11 +68,123 @@ template <class T>
     return dims;
 }
 
+/// What the vjp nodes of one differentiated graph share: a Context in which autograd records (the graph
+/// runs under no_grad on its own Context, which every thread using that Context sees), made at the first
+/// run with the graph Context's allocator, threads and denormal mode; and a lock, since its tape is one.
+struct eager_scratch {
+    std::mutex lock;
+    std::unique_ptr<Context> context;
+};
+
+/// A vjp node's work: op `kernel` re-run on borrowed views of inputs[0..n) (those at `wanted` recording,
+/// in the scratch Context), backward from inputs[n], and the gradients of the wanted inputs packed one
+/// after another into one flat tensor of the graph's Context (zeros where the op gave none).
+template <class T>
+[[nodiscard]] Tensor<T> eager_vjp(const op_kernel& kernel, const std::vector<std::size_t>& wanted, eager_scratch& scratch,
+                                  std::span<const any_tensor> inputs) {
+    const Tensor<T>& upstream = std::get<Tensor<T>>(inputs.back());
+    Context& home = upstream.context();
+    const std::scoped_lock hold(scratch.lock);
+    if (!scratch.context)
+        scratch.context = std::make_unique<Context>(context_options{.threads = home.concurrency(),
+                                                                    .allocator = home.shared_allocator(),
+                                                                    .flush_denormals = home.flushes_denormals()});
+    Context& here = *scratch.context;
+    auto borrow = [&](const Tensor<T>& t) { return Tensor<T>::borrow(const_cast<T*>(t.data()), t.shape(), t.strides(), here); };
+    std::vector<any_tensor> args(inputs.begin(), inputs.end() - 1);
+    std::vector<Tensor<T>> leaves;
+    std::int64_t total = 0;
+    for (std::size_t i : wanted) {
+        Tensor<T> leaf = borrow(std::get<Tensor<T>>(args[i]));
+        leaf.requires_grad_();
+        total += leaf.numel();
+        args[i] = leaf;
+        leaves.push_back(std::move(leaf));
+    }
+    any_tensor result;
+    kernel(args, result);
+    const Tensor<T>* out = std::get_if<Tensor<T>>(&result);
+    if (!out || !out->requires_grad())
+        dl::detail::fail("dl::graph::differentiate: an op's eager definition recorded no gradient for its inputs");
+    out->backward(borrow(upstream));
+    Tensor<T> packed({total}, home);
+    std::int64_t offset = 0;
+    for (const Tensor<T>& leaf : leaves) {
+        Tensor<T> part = packed.slice(0, offset, offset + leaf.numel()).reshape(leaf.shape());
+        const Tensor<T> g = leaf.grad();
+        if (g.defined())
+            part.copy_from(g);
+        else
+            assign(part, T(0));
+        offset += leaf.numel();
+    }
+    return packed;
+}
+
+/// Gradient k of a packed vjp result (inputs[0]): the k-th span of it, shaped as the wanted input
+/// inputs[1 + k], at offsets that follow the inputs' run-time shapes (the batch may differ from the
+/// traced one).
+template <class T>
+[[nodiscard]] Tensor<T> vjp_part(std::span<const any_tensor> inputs, std::size_t k) {
+    const Tensor<T>& packed = std::get<Tensor<T>>(inputs[0]);
+    std::int64_t offset = 0;
+    for (std::size_t j = 0; j < k; ++j) offset += std::get<Tensor<T>>(inputs[1 + j]).numel();
+    const Shape& shape = std::get<Tensor<T>>(inputs[1 + k]).shape();
+    return packed.slice(0, offset, offset + shape.numel()).reshape(shape);
+}
+
+/// The gradients of node n's inputs from its eager definition, recorded as a "vjp" node (the op's
+/// kernel re-run where autograd records, then its backward) and one view node per input gradient.
+template <class T>
+[[nodiscard]] std::vector<Tensor<T>> eager_gradient(const node& n, const std::vector<any_tensor>& in, const Tensor<T>& grad,
+                                                    const std::shared_ptr<eager_scratch>& scratch) {
+    // An elementwise node's kernel evaluates its expression without autograd, so it has nothing to re-run.
+    if (n.kind == op_kind::elementwise || !n.kernel)
+        dl::detail::fail("dl::graph::differentiate: no gradient rule for ", n.op, n.attributes.empty() ? "" : " {", n.attributes,
+                         n.attributes.empty() ? "" : "}", " (elementwise ops with rules: relu, tanh, sigmoid, neg, exp, log, "
+                         "square, sqrt, add/sub/mul/div of tensors and scalars)");
+    std::vector<std::size_t> wanted;
+    for (std::size_t i = 0; i < in.size(); ++i)
+        if (std::holds_alternative<Tensor<T>>(in[i])) wanted.push_back(i);
+    autograd::recorder& r = *grad.context().recorder();
+    autograd::op_record vjp;
+    vjp.name = "vjp";
+    vjp.attributes = "of=" + n.op + (n.attributes.empty() ? "" : ", " + n.attributes);
+    vjp.inputs = in;
+    vjp.inputs.push_back(grad);
+    vjp.kernel = [kernel = n.kernel, wanted, scratch](std::span<const any_tensor> inputs, any_tensor& out) {
+        out = eager_vjp<T>(kernel, wanted, *scratch, inputs);
+    };
+    {
+        const autograd::recording_paused pause(grad.context());
+        vjp.kernel(vjp.inputs, vjp.output);
+    }
+    const Tensor<T> packed = std::get<Tensor<T>>(vjp.output);
+    r.record(std::move(vjp));
+    std::vector<Tensor<T>> grads(in.size());
+    for (std::size_t k = 0; k < wanted.size(); ++k) {
+        autograd::op_record part;
+        part.name = "vjp_part";
+        part.attributes = autograd::attributes("k", k);
+        part.kind = op_kind::view;
+        part.inputs.push_back(packed);
+        for (std::size_t i : wanted) part.inputs.push_back(in[i]);
+        part.kernel = [k](std::span<const any_tensor> inputs, any_tensor& out) { out = vjp_part<T>(inputs, k); };
+        {
+            const autograd::recording_paused pause(grad.context());
+            part.kernel(part.inputs, part.output);
+        }
+        grads[wanted[k]] = std::get<Tensor<T>>(part.output);
+        r.record(std::move(part));
+    }
+    return grads;
+}
+
 /// The gradients of node n's inputs (null tensors where an input gets none) from the gradient of its
 /// output, recorded as ops. `in` and `out` stand for the node's inputs and output.
 template <class T>
 [[nodiscard]] std::vector<Tensor<T>> gradient_rule(const node& n, const std::vector<any_tensor>& in, const Tensor<T>& out,
-                                                   const Tensor<T>& grad) {
+                                                   const Tensor<T>& grad, const std::shared_ptr<eager_scratch>& scratch) {
     auto input = [&](std::size_t i) { return std::get<Tensor<T>>(in.at(i)); };
     const std::string_view op = n.op;
     const bool two = in.size() == 2 && n.attributes.empty();
@@ -117,10 +236,7 @@ template <class T>
         return {nn::detail::class_loss_grad(grad, input(0), std::get<Tensor<std::int64_t>>(in[1]), o, op == "nll_loss"),
                 Tensor<T>()};
     }
-    dl::detail::fail("dl::graph::differentiate: no gradient rule for ", n.op, n.attributes.empty() ? "" : " {",
-                     n.attributes, n.attributes.empty() ? "" : "}", " (graph training supports linear, matmul, relu, tanh, "
-                     "sigmoid, neg, exp, log, square, sqrt, add/sub/mul/div of tensors and scalars, reshape, transpose, "
-                     "clone, cross_entropy, nll_loss)");
+    return eager_gradient(n, in, grad, scratch);
 }
 
 }  // namespace detail
@@ -153,6 +269,7 @@ std::vector<std::pair<int, int>> differentiate(Graph& g, int loss) {
         return detail::make_tensor(v.dtype, v.shape, *ctx);
     };
 
+    const auto scratch = std::make_shared<detail::eager_scratch>();
     std::map<int, int> grad;  // value -> its gradient value
     auto add_gradient = [&](int id, int gradient) {
         auto [it, fresh] = grad.try_emplace(id, gradient);
@@ -182,7 +299,7 @@ std::vector<std::pair<int, int>> differentiate(Graph& g, int loss) {
         bound.emplace_back(n.output, out);
         bound.emplace_back(it->second, upstream);
         const std::vector<int> input_grads =
-            splice(g, g.nodes.size(), *ctx, bound, [&] { return detail::gradient_rule<float>(n, inputs, out, upstream); });
+            splice(g, g.nodes.size(), *ctx, bound, [&] { return detail::gradient_rule<float>(n, inputs, out, upstream, scratch); });
         for (std::size_t i = 0; i < n.inputs.size() && i < input_grads.size(); ++i)
             if (input_grads[i] >= 0 && needs[static_cast<std::size_t>(n.inputs[i])]) add_gradient(n.inputs[i], input_grads[i]);
     }
