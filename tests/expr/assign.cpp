@@ -335,3 +335,37 @@ TEST_CASE("fill and number assignment") {
     bools = true;
     CHECK(to_vector(bools) == std::vector<bool>{true, true, true});
 }
+
+// --- accumulate: assign(out, e, true) adds e into out in the loop that would write e ---
+
+TEST_CASE_TEMPLATE("assign with accumulate adds into out: SIMD, broadcast, strided and odd tails, threads", T, float,
+                   double, dl::bfloat16) {
+    dl::Context two({.threads = 2});
+    for (const std::int64_t n : {1, 7, 17, 1025, 300000}) {
+        CAPTURE(n);
+        const auto a = random<T>({2, n}, -4, 4, 3, 0.25, two);
+        const auto row = random<T>({1, n}, -4, 4, 4, 0.25, two);   // broadcast over rows (stride 0)
+        const auto col = random<T>({2, 1}, -4, 4, 5, 0.25, two);   // broadcast along each row
+        auto out = random<T>({2, n}, -4, 4, 6, 0.25, two);
+        const auto before = out.clone();
+        dl::assign(out, a * row + col, true);
+        // The reference: the float (compute-type) sum rounded once, as out + e would give.
+        dl::Tensor<T> want = before + (a * row + col);
+        CHECK(bitwise_equal(out, want));
+        // A strided destination takes the scalar loop (exact ops: the scalar and SIMD exp of double may
+        // differ in the last bit).
+        auto wide = spread(before);
+        dl::assign(wide, a * 0.5f - dl::abs(row), true);
+        want = before + (a * 0.5f - dl::abs(row));
+        CHECK(bitwise_equal(wide.contiguous(), want));
+    }
+}
+
+TEST_CASE("assign with accumulate: a number adds to every element; a null tensor is refused") {
+    auto t = from_values<float>({1, 2, 3});
+    dl::assign(t, 0.5f, true);
+    CHECK(to_vector(t) == std::vector<float>{1.5f, 2.5f, 3.5f});
+    dl::Tensor<float> null;
+    CHECK_THROWS_WITH_AS(dl::assign(null, t * 2, true), doctest::Contains("cannot add into a null tensor"), dl::error);
+    CHECK_FALSE(null.defined());
+}
