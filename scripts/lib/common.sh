@@ -4,9 +4,10 @@ source scripts/lib/install-deps.sh
 
 # shellcheck disable=SC2034 # used by the scripts that source this file
 # libboost-dev: Asio, for the parameter server (dl::ps).
+# libopenmpi-dev, openmpi-bin: the MPI communicator (dl::mpi) and mpiexec for its test.
 # libopenblas-dev: the DL_USE_BLAS backend's tests (test_device_blas) and the benchmarks' baseline.
 DL_BASE_PACKAGES=(cmake g++ make libxsimd-dev doctest-dev libbenchmark-dev nlohmann-json3-dev
-  ccache libeigen3-dev zlib1g-dev dataset-fashion-mnist libopenblas-dev libboost-dev)
+  ccache libeigen3-dev zlib1g-dev dataset-fashion-mnist libopenblas-dev libboost-dev libopenmpi-dev openmpi-bin)
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 

@@ -158,3 +158,78 @@ TEST_CASE("dist::train_data_parallel: bad batches and a failing replica give cle
     const Tensor<float> loss = dp(dl::uniform<float>({4, 10}, -1, 1, ctx), labels(4, ctx));
     CHECK(std::isfinite(loss.item()));
 }
+
+TEST_CASE("dist::train_distributed: ranks with models of their own stay identical and move as one graph on the whole batch") {
+    constexpr int ranks = 2;
+    // The reference: rank 0's initial model trained by one graph on the whole batch.
+    dl::Context one_ctx({.seed = 100, .threads = 1});
+    auto one_model = make_model(one_ctx);
+    dl::nn::adam<float> one_opt(dl::nn::parameters(one_model), {.lr = 1e-2});
+    auto one = graph::train([&](const Tensor<float>& x, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(one_model(x), y); },
+                            one_opt, dl::uniform<float>({5, 10}, -1, 1, one_ctx), labels(5, one_ctx));
+    const std::vector<std::int64_t> batches = {5, 7, 2};
+    std::vector<Tensor<float>> inputs;
+    for (std::int64_t b : batches) inputs.push_back(dl::uniform<float>({b, 10}, -1, 1, one_ctx));
+    std::vector<float> one_losses;
+    for (std::size_t s = 0; s < batches.size(); ++s) one_losses.push_back(one(inputs[s], labels(batches[s], one_ctx)).item());
+
+    dist::in_process_group group(ranks);
+    std::vector<std::vector<std::vector<float>>> trained(ranks);  // values: a rank's Context ends with its thread
+    std::vector<std::string> errors(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                dl::Context ctx({.seed = 100 + static_cast<std::uint64_t>(r), .threads = 1});  // rank 1 starts elsewhere
+                auto model = make_model(ctx);
+                dl::nn::adam<float> opt(dl::nn::parameters(model), {.lr = 1e-2});
+                auto step = dist::train_distributed(
+                    group[r], [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(model(x), y); },
+                    opt, dl::uniform<float>({3, 10}, -1, 1, ctx), labels(3, ctx));
+                for (std::size_t s = 0; s < batches.size(); ++s) {
+                    // Rank r takes rows [b·r/N, b·(r+1)/N): uneven splits (5 and 7 rows over 2 ranks).
+                    const std::int64_t b = batches[s], begin = b * r / ranks, end = b * (r + 1) / ranks;
+                    const Tensor<float> x = inputs[s].slice(0, begin, end).contiguous();
+                    const Tensor<std::int64_t> y = labels(b, ctx).slice(0, begin, end).contiguous();
+                    const float loss = step(Tensor<float>::borrow(const_cast<float*>(x.data()), x.shape(), x.strides(), ctx), y).item();
+                    CHECK(loss == doctest::Approx(one_losses[s]).epsilon(1e-5));
+                }
+                for (const auto& p : dl::nn::parameters(model)) trained[static_cast<std::size_t>(r)].push_back(dl_test::to_vector(p));
+            } catch (const std::exception& e) {
+                errors[static_cast<std::size_t>(r)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) CHECK(e.empty());
+    const auto reference = dl::nn::parameters(one_model);
+    REQUIRE(trained[0].size() == reference.size());
+    for (std::size_t i = 0; i < reference.size(); ++i) {
+        CHECK(trained[0][i] == trained[1][i]);  // the same bits on every rank
+        const std::vector<float> want = dl_test::to_vector(reference[i]);
+        for (std::size_t k = 0; k < want.size(); ++k) REQUIRE(trained[0][i][k] == doctest::Approx(want[k]).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("dist::train_distributed: a rank's bad batch fails that rank with its error and its peers with the abort") {
+    constexpr int ranks = 2;
+    dist::in_process_group group(ranks);
+    std::vector<std::string> errors(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+        threads.emplace_back([&, r] {
+            dl::Context ctx({.seed = 110, .threads = 1});
+            auto model = make_model(ctx);
+            dl::nn::sgd<float> opt(dl::nn::parameters(model), {.lr = 0.1});
+            auto step = dist::train_distributed(
+                group[r], [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(model(x), y); },
+                opt, dl::uniform<float>({3, 10}, -1, 1, ctx), labels(3, ctx));
+            try {
+                (void)step(dl::uniform<float>({3, 10}, -1, 1, ctx), labels(r == 1 ? 4 : 3, ctx));
+            } catch (const std::exception& e) {
+                errors[static_cast<std::size_t>(r)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    CHECK(errors[1].find("every input needs this rank's 3 rows") != std::string::npos);
+    CHECK(errors[0].find("aborted") != std::string::npos);
+}

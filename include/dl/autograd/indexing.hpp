@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "node.hpp"
+#include "tracing.hpp"
 
 namespace dl {
 

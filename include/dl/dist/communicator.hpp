@@ -1,7 +1,7 @@
 #pragma once
 // Collectives for synchronous data-parallel training: one `communicator` interface (what a rank of a
-// group can do with its peers), and the in-process group whose ranks are threads of one process. MPI
-// (CPU processes) and NCCL (GPUs) communicators come later behind the same interface.
+// group can do with its peers), and the in-process group whose ranks are threads of one process. The
+// MPI communicator (CPU processes) is in dist/mpi.hpp; an NCCL one (GPUs) is still to come.
 //
 // Every rank of a group calls the same collectives in the same order with buffers of the same length;
 // a mismatch is detected and reported on every rank. A rank that fails calls abort(): its peers, waiting

@@ -8,8 +8,9 @@
 //
 // train_data_parallel() runs N such replicas in one process: each on its own thread and Context, each on
 // its slice of the batch, the parameters shared (read by all, updated once by the optimizer after the
-// replicas agree). With an MPI or NCCL communicator each process would run one replica and its own
-// optimizer on identical gradients.
+// replicas agree). train_distributed() is one rank's part when ranks are processes (an MPI
+// communicator, dist/mpi.hpp) or threads with models of their own: the rank's replica and its own
+// optimizer, which applies the same gradients (the same bits) on every rank.
 //
 // The rewrite assumes the loss is a mean over the batch (the losses' default reduction): the global
 // mean is the sum over ranks of (rank's rows / all rows) · rank's mean.
@@ -18,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -230,6 +232,81 @@ template <class F, class Optimizer, class... T>
                                                                 const Tensor<T>&... examples) {
     if (replicas < 1) dl::detail::fail("dl::dist::train_data_parallel: needs at least one replica, got ", replicas);
     return {graph::detail::differentiate_loss(std::forward<F>(loss), examples...), optimizer, replicas};
+}
+
+/// One rank's part of synchronous data-parallel training over `comm` (see train_distributed()). Each
+/// rank calls it with its own slice of the batch; not safe to call from two threads at once.
+template <class Optimizer>
+class distributed_step {
+public:
+    distributed_step(graph::detail::differentiated_loss d, Optimizer& optimizer, communicator& comm)
+        : comm_(comm), optimizer_(optimizer), parameters_(starting_from_rank_0(std::move(d.parameters), comm)),
+          context_(*d.context), function_(rewritten(std::move(d.graph), comm, *d.context), *d.context) {}
+
+    [[nodiscard]] graph::function& graph() noexcept { return function_; }
+
+    /// Runs this rank's replica on its slice of the global batch (dimension 0 of every input; slices
+    /// may differ in size, one may be empty), then the optimizer's step on the gradients every rank
+    /// agreed on; returns the global batch's loss. When the replica fails, the group is aborted (peers
+    /// throw, or an MPI job ends) and the error is rethrown here.
+    template <class... T>
+    Tensor<float> operator()(const Tensor<T>&... batch) {
+        try {
+            const auto& first = std::get<0>(std::tie(batch...));
+            const std::int64_t rows = first.rank() > 0 ? first.shape()[0] : 0;
+            auto check = [&]<class V>(const Tensor<V>& t) {
+                if (t.rank() == 0 || t.shape()[0] != rows)
+                    dl::detail::fail("dl::dist::distributed_step: every input needs this rank's ", rows,
+                                     " rows as dimension 0, got ", t.shape());
+            };
+            (check(batch), ...);
+            double all_rows = static_cast<double>(rows);  // exact up to 2^53 rows
+            comm_.allreduce(std::span<double>(&all_rows, 1), reduce_op::sum);
+            if (all_rows == 0) dl::detail::fail("dl::dist::distributed_step: the global batch is empty");
+            const autograd::any_tensor in[] = {autograd::any_tensor(batch)...,
+                                               full<float>({}, static_cast<float>(static_cast<double>(rows) / all_rows), context_)};
+            const auto out = function_.run(in);
+            for (std::size_t i = 0; i < parameters_.size(); ++i)
+                autograd::node_of(parameters_[i])->grad = std::get<Tensor<float>>(out[1 + i]);
+            optimizer_.step();
+            return std::get<Tensor<float>>(out[0]);
+        } catch (const std::exception& e) {
+            comm_.abort(e.what());
+            throw;
+        }
+    }
+
+private:
+    /// Every rank starts from rank 0's parameter values, whatever its own initialisation.
+    static std::vector<Tensor<float>> starting_from_rank_0(std::vector<Tensor<float>> parameters, communicator& comm) {
+        for (Tensor<float>& p : parameters) {
+            if (!p.is_contiguous()) dl::detail::fail("dl::dist::distributed_step: a parameter of shape ", p.shape(), " is not contiguous");
+            comm.broadcast(std::span<float>(p.data(), static_cast<std::size_t>(p.numel())), 0);
+        }
+        return parameters;
+    }
+    static graph::Graph rewritten(graph::Graph g, communicator& comm, Context& ctx) {
+        data_parallel(g, comm, ctx);
+        graph::detail::backward_passes().run(g);
+        return g;
+    }
+
+    communicator& comm_;
+    Optimizer& optimizer_;
+    std::vector<Tensor<float>> parameters_;  ///< in the order of the graph's gradient outputs
+    Context& context_;
+    graph::function function_;
+};
+
+/// This rank's training step for synchronous data parallelism over `comm`, whose every rank calls it
+/// with the same loss function over its own model (same architecture; the parameters start from rank
+/// 0's values), its own optimizer and example inputs: traces loss(examples...), differentiates it and
+/// rewrites it for the rank (data_parallel()). Every step then updates all ranks' models identically,
+/// as one graph would on the whole batch (up to float rounding).
+template <class F, class Optimizer, class... T>
+[[nodiscard]] distributed_step<Optimizer> train_distributed(communicator& comm, F&& loss, Optimizer& optimizer,
+                                                            const Tensor<T>&... examples) {
+    return {graph::detail::differentiate_loss(std::forward<F>(loss), examples...), optimizer, comm};
 }
 
 }  // namespace dl::dist
