@@ -3,6 +3,9 @@
 // frames (protocol.hpp), checks them, hands them to the service and writes the replies back, several
 // requests in flight per connection.
 #include <array>
+#include <future>
+// Before Asio: Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
