@@ -39,6 +39,17 @@ Tensor<std::int64_t> labels(std::int64_t n, dl::Context& ctx) {
     return y;
 }
 
+/// The graph's outputs (the loss, then the gradients of `gradients`' parameters, in parameter-value
+/// order) against eager autograd's loss and the parameters' .grad() after eager.backward().
+void check_against_eager(const graph::function& f, const std::vector<std::pair<int, int>>& gradients,
+                         const std::vector<any_tensor>& out, const Tensor<float>& eager) {
+    CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[0]), eager, 1e-6));
+    for (std::size_t i = 0; i < gradients.size(); ++i) {
+        const Tensor<float>& p = std::get<Tensor<float>>(f.graph().values[std::size_t(gradients[i].first)].data);
+        CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[1 + i]), p.grad(), 1e-5));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("graph training: the differentiated graph gives eager autograd's gradients") {
@@ -66,12 +77,7 @@ TEST_CASE("graph training: the differentiated graph gives eager autograd's gradi
             dl::nn::zero_grad(model.parameters());
             Tensor<float> eager = loss(in, labels(batch, ctx));
             eager.backward();
-            CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[0]), eager, 1e-6));
-            // Gradients come in parameter-value order: match each to its tensor by data.
-            for (std::size_t i = 0; i < gradients.size(); ++i) {
-                const Tensor<float>& p = std::get<Tensor<float>>(f.graph().values[std::size_t(gradients[i].first)].data);
-                CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[1 + i]), p.grad(), 1e-5));
-            }
+            check_against_eager(f, gradients, out, eager);
         }
     }
 }
@@ -103,11 +109,7 @@ TEST_CASE("graph training: scalar-operand ops, div, exp, log, square, sqrt and t
         dl::nn::zero_grad(std::vector<Tensor<float>>{layer.weight, layer.bias, w});
         Tensor<float> eager = loss(in, labels(7, ctx));
         eager.backward();
-        CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[0]), eager, 1e-6));
-        for (std::size_t i = 0; i < gradients.size(); ++i) {
-            const Tensor<float>& p = std::get<Tensor<float>>(f.graph().values[std::size_t(gradients[i].first)].data);
-            CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[1 + i]), p.grad(), 1e-5));
-        }
+        check_against_eager(f, gradients, out, eager);
     }
 }
 
@@ -180,11 +182,7 @@ TEST_CASE("graph training: conv2d, pooling, layer_norm, softmax and reductions g
                 dl::nn::zero_grad(params);
                 Tensor<float> eager = loss(in, labels(batch, ctx));
                 eager.backward();
-                CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[0]), eager, 1e-6));
-                for (std::size_t i = 0; i < gradients.size(); ++i) {
-                    const Tensor<float>& p = std::get<Tensor<float>>(f.graph().values[std::size_t(gradients[i].first)].data);
-                    CHECK(dl_test::same_elements(std::get<Tensor<float>>(out[1 + i]), p.grad(), 1e-5));
-                }
+                check_against_eager(f, gradients, out, eager);
             }
         }
     }
