@@ -361,10 +361,22 @@ TEST_CASE_TEMPLATE("assign with accumulate adds into out: SIMD, broadcast, strid
     }
 }
 
-TEST_CASE("assign with accumulate: a number adds to every element; a null tensor is refused") {
+TEST_CASE("assign with accumulate: numbers, integers (SIMD and scalar loops); null and bool tensors are refused") {
     auto t = from_values<float>({1, 2, 3});
     dl::assign(t, 0.5f, true);
     CHECK(to_vector(t) == std::vector<float>{1.5f, 2.5f, 3.5f});
+    const auto a = random<std::int32_t>({1031}, -100, 100, 8);
+    auto sum = random<std::int32_t>({1031}, -100, 100, 9);
+    const auto before = sum.clone();
+    dl::assign(sum, a * 3, true);
+    auto strided = spread(before);
+    dl::assign(strided, a * 3, true);
+    for (std::int64_t i = 0; i < a.numel(); ++i) {
+        REQUIRE(sum(i) == before(i) + 3 * a(i));
+        REQUIRE(strided(i) == before(i) + 3 * a(i));
+    }
+    dl::Tensor<bool> flags = dl::zeros<bool>({3});
+    CHECK_THROWS_WITH_AS(dl::assign(flags, t > 2.0f, true), doctest::Contains("cannot add into a bool tensor"), dl::error);
     dl::Tensor<float> null;
     CHECK_THROWS_WITH_AS(dl::assign(null, t * 2, true), doctest::Contains("cannot add into a null tensor"), dl::error);
     CHECK_FALSE(null.defined());

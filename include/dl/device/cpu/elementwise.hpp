@@ -102,7 +102,7 @@ DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int
         };
         for (; j + W <= end; j += W) {
             auto v = ev.load(j);
-            if constexpr (is_floating_element<T>)
+            if constexpr (!std::is_same_v<T, bool>)  // assign() refuses to add into bool
                 if (accumulate) v += simd::load_compute(out + j);
             simd::store_compute(out + j, v);
         }
@@ -178,6 +178,7 @@ void evaluate_into(Tensor<T>& out, const E& e, bool accumulate = false) {
 /// adds e into the defined `out` instead (out + e rounded once, in the loop that would write e).
 template <class T, class E>
 void assign(Tensor<T>& out, E&& e, bool accumulate = false) {
+    if (std::is_same_v<T, bool> && accumulate) detail::fail("dl::assign: cannot add into a bool tensor");
     if constexpr (!expression<E>) {
         static_assert(scalar<E> || std::is_same_v<std::remove_cvref_t<E>, bool>,
                       "dl: only a Tensor, an expression or a number can be assigned to a Tensor");
