@@ -129,6 +129,40 @@ TEST_CASE("dist::train_data_parallel: N replicas move the parameters as one grap
     }
 }
 
+TEST_CASE("dist::train_data_parallel: a CNN, whose conv and pooling gradients come from vjp nodes, moves as one graph") {
+    struct cnn {
+        explicit cnn(dl::Context& ctx) : conv(1, 3, 3, {.padding = 1}, true, ctx), head(3 * 4 * 4, 4, true, ctx) {}
+        Tensor<float> operator()(const Tensor<float>& x) {
+            const Tensor<float> p = dl::max_pool2d(Tensor<float>(dl::relu(conv(x))), {.kernel = 2});
+            return head(p.reshape({x.shape()[0], 3 * 4 * 4}));
+        }
+        dl::nn::conv2d<float> conv;
+        dl::nn::linear<float> head;
+    };
+    dl::Context one_ctx({.seed = 44, .threads = 2}), dp_ctx({.seed = 44, .threads = 2});
+    cnn one_model(one_ctx), dp_model(dp_ctx);
+    auto params = [](cnn& m) { return std::vector<Tensor<float>>{m.conv.weight, m.conv.bias, m.head.weight, m.head.bias}; };
+    dl::nn::sgd<float> one_opt(params(one_model), {.lr = 0.1});
+    dl::nn::sgd<float> dp_opt(params(dp_model), {.lr = 0.1});
+    auto one = graph::train([&](const Tensor<float>& x, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(one_model(x), y); },
+                            one_opt, dl::uniform<float>({4, 1, 8, 8}, -1, 1, one_ctx), labels(4, one_ctx));
+    // Two replicas run their vjp nodes at once: they share one scratch Context, under its lock.
+    auto dp = dist::train_data_parallel(
+        [&](const Tensor<float>& x, const Tensor<std::int64_t>& y) { return dl::nn::cross_entropy(dp_model(x), y); }, dp_opt, 2,
+        dl::uniform<float>({4, 1, 8, 8}, -1, 1, dp_ctx), labels(4, dp_ctx));
+    dp.set_strategy(graph::strategy::parallel);
+    CHECK(dp.replica(0).to_string().find("vjp(") != std::string::npos);
+    for (std::int64_t batch : {4, 7, 6}) {
+        CAPTURE(batch);
+        const Tensor<float> x = dl::uniform<float>({batch, 1, 8, 8}, -1, 1, one_ctx);
+        const Tensor<float> one_loss = one(x, labels(batch, one_ctx));
+        const Tensor<float> dp_loss = dp(Tensor<float>::borrow(x.data(), x.shape(), x.strides(), dp_ctx), labels(batch, dp_ctx));
+        CHECK(dp_loss.item() == doctest::Approx(one_loss.item()).epsilon(1e-5));
+    }
+    const auto a = params(one_model), b = params(dp_model);
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(dl_test::same_elements(a[i], b[i], 1e-5));
+}
+
 TEST_CASE("dist::train_data_parallel: bad batches and a failing replica give clear errors, and training goes on") {
     dl::Context ctx({.seed = 43, .threads = 2});
     auto model = make_model(ctx);
