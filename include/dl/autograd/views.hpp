@@ -77,8 +77,18 @@ Tensor<T> record_view(const Tensor<T>& source, Tensor<T> view, const view_op& op
                     auto& n = *node_of(src);
                     const auto& a = op.args;
                     switch (op.kind) {
-                        case view_op::slice: grad_buffer(n).slice(a[0], a[1], a[2], a[3]) += g; break;
-                        case view_op::select: grad_buffer(n).select(a[0], a[1]) += g; break;
+                        // assign(..., true) rather than +=, which would compile an add expression
+                        // with its own gradient and trace for every dtype that graph code views.
+                        case view_op::slice: {
+                            Tensor<T> part = grad_buffer(n).slice(a[0], a[1], a[2], a[3]);
+                            assign(part, g, true);
+                            break;
+                        }
+                        case view_op::select: {
+                            Tensor<T> part = grad_buffer(n).select(a[0], a[1]);
+                            assign(part, g, true);
+                            break;
+                        }
                         case view_op::transpose: accumulate(n, g.transpose(a[0], a[1])); break;
                         case view_op::permute: {
                             Dims inverse = a;
