@@ -450,9 +450,9 @@ template <class T, std::integral I>
                         for (std::int64_t j = bounds[b]; j < bounds[b + 1]; ++j) {
                             const T* gb = g.data() + static_cast<std::int64_t>(b) * d;
                             const T* row = rows.data() + id(j) * d;
-                            T dot = 0;
-                            for (std::int64_t k = 0; k < d; ++k) dot += gb[k] * row[k];
-                            buffer[j] += dot;
+                            compute_t<T> dot = 0;  // bfloat16 and float16 sum in float
+                            for (std::int64_t k = 0; k < d; ++k) dot += compute_t<T>(gb[k]) * compute_t<T>(row[k]);
+                            buffer[j] += T(dot);
                         }
                 }
             },

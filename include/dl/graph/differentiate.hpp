@@ -46,28 +46,6 @@ template <class T>
     return dl::sum(g, axes, true).reshape(shape);
 }
 
-/// A list attribute "key=[a, b, ...]" (as Dims print). The generic attribute() reader stops at the
-/// first ", ", which a list contains.
-[[nodiscard]] inline Dims parse_dims(const node& n, std::string_view key) {
-    const std::string_view text = n.attributes;
-    const std::string opening = std::string(key) + "=[";
-    std::size_t at = text.find(opening);
-    while (at != std::string_view::npos && at != 0 && text[at - 1] != ' ') at = text.find(opening, at + 1);
-    const std::size_t close = at == std::string_view::npos ? at : text.find(']', at);
-    if (close == std::string_view::npos)
-        dl::detail::fail("dl::graph: node ", n.op, " has no readable attribute ", key, " in {", n.attributes, "}");
-    Dims dims;
-    for (std::size_t p = at + opening.size(); p < close;) {
-        std::int64_t v = 0;
-        const auto [end, error] = std::from_chars(text.data() + p, text.data() + close, v);
-        if (error != std::errc{}) dl::detail::fail("dl::graph: node ", n.op, " has no readable attribute ", key, " in {", n.attributes, "}");
-        dims.push_back(v);
-        p = static_cast<std::size_t>(end - text.data());
-        if (p < close) p += 2;  // ", "
-    }
-    return dims;
-}
-
 /// What the vjp nodes of one differentiated graph share: a Context in which autograd records (the graph
 /// runs under no_grad on its own Context, which every thread using that Context sees), made at the first
 /// run with the graph Context's allocator, threads and denormal mode; and a lock, since its tape is one.

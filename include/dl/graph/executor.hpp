@@ -71,6 +71,17 @@ namespace detail {
         },
         t);
 }
+/// t broadcast to `shape` (a view).
+[[nodiscard]] inline any_tensor expand_any(const any_tensor& t, const Shape& shape) {
+    return std::visit(
+        [&]<class V>(const V& x) -> any_tensor {
+            if constexpr (std::is_same_v<V, std::monostate>)
+                return x;
+            else
+                return x.expand(shape);
+        },
+        t);
+}
 [[nodiscard]] inline bool is_contiguous_any(const any_tensor& t) {
     return std::visit(
         []<class V>(const V& x) {
@@ -105,7 +116,9 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
     if (out.index() == 0 || shape_of_any(out) != shape || dtype_of_any(out) != n.steps.back().dtype ||
         !is_contiguous_any(out))
         out = make_tensor(n.steps.back().dtype, shape, ctx);
-    // Inputs of the full shape are read tile by tile; smaller ones (single elements) broadcast whole.
+    // Single elements broadcast whole; every other input is read tile by tile, expanded to the full
+    // shape first if it broadcasts along some dimensions (the fusion pass fuses none of those, but a
+    // loaded elementwise node runs here too, graph/serialize.hpp).
     struct source {
         any_tensor tensor;  // holds the (contiguous) storage for the run
         std::byte* data;
@@ -115,8 +128,9 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
     std::vector<source> sources;
     sources.reserve(inputs.size());
     for (const auto& in : inputs) {
-        const bool tiled = shape_of_any(in).numel() == numel && numel > 1;
-        any_tensor t = tiled ? contiguous_any(in) : in;
+        const std::int64_t own = shape_of_any(in).numel();
+        const bool tiled = own > 1 && numel > 1;
+        any_tensor t = !tiled ? in : contiguous_any(own == numel ? in : expand_any(in, shape));
         std::byte* data = bytes_of_any(t);
         sources.push_back({std::move(t), data, dtype_size(dtype_of_any(in)), tiled});
     }

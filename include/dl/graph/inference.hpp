@@ -9,7 +9,9 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "../autograd/conv.hpp"
@@ -23,9 +25,10 @@ namespace dl::graph {
 
 namespace detail {
 
-/// The text of attribute `key` in a node's "key=value, key=value" attributes; empty when absent.
-[[nodiscard]] inline std::string_view attribute(const node& n, std::string_view key) {
-    std::string_view rest = n.attributes;
+/// The text of attribute `key` in "key=value, key=value" attributes (a node's or a fused step's);
+/// empty when absent. A list value ("[a, b]") is read by parse_dims.
+[[nodiscard]] inline std::string_view attribute(std::string_view attributes, std::string_view key) {
+    std::string_view rest = attributes;
     while (!rest.empty()) {
         const std::size_t end = std::min(rest.find(", "), rest.size());
         const std::string_view pair = rest.substr(0, end);
@@ -34,15 +37,28 @@ namespace detail {
     }
     return {};
 }
+[[nodiscard]] inline std::string_view attribute(const node& n, std::string_view key) { return attribute(n.attributes, key); }
+
+[[noreturn]] inline void unreadable_attribute(std::string_view op, std::string_view attributes, std::string_view key) {
+    dl::detail::fail("dl::graph: node ", op, " has no readable attribute ", key, " in {", attributes, "}");
+}
 
 template <class V>
-[[nodiscard]] V parse_attribute(const node& n, std::string_view key) {
-    const std::string_view text = attribute(n, key);
+[[nodiscard]] V parse_attribute(std::string_view op, std::string_view attributes, std::string_view key) {
+    const std::string_view text = attribute(attributes, key);
     V v{};
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (text.empty() || error != std::errc{} || end != text.data() + text.size())
-        dl::detail::fail("dl::graph: node ", n.op, " has no readable attribute ", key, " in {", n.attributes, "}");
+    if constexpr (std::is_same_v<V, bool>) {
+        if (text != "true" && text != "false") unreadable_attribute(op, attributes, key);
+        v = text == "true";
+    } else {
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || error != std::errc{} || end != text.data() + text.size()) unreadable_attribute(op, attributes, key);
+    }
     return v;
+}
+template <class V>
+[[nodiscard]] V parse_attribute(const node& n, std::string_view key) {
+    return parse_attribute<V>(n.op, n.attributes, key);
 }
 
 /// "HxW" (autograd::detail::describe) back to an extent.
@@ -53,8 +69,29 @@ template <class V>
     const bool ok = x != std::string_view::npos &&
                     std::from_chars(text.data(), text.data() + x, h).ptr == text.data() + x &&
                     std::from_chars(text.data() + x + 1, text.data() + text.size(), w).ptr == text.data() + text.size();
-    if (!ok) dl::detail::fail("dl::graph: node ", n.op, " has no readable attribute ", key, " in {", n.attributes, "}");
+    if (!ok) unreadable_attribute(n.op, n.attributes, key);
     return {h, w};
+}
+
+/// A list attribute "key=[a, b, ...]" (as Dims print). The generic attribute() reader stops at the
+/// first ", ", which a list contains.
+[[nodiscard]] inline Dims parse_dims(const node& n, std::string_view key) {
+    const std::string_view text = n.attributes;
+    const std::string opening = std::string(key) + "=[";
+    std::size_t at = text.find(opening);
+    while (at != std::string_view::npos && at != 0 && text[at - 1] != ' ') at = text.find(opening, at + 1);
+    const std::size_t close = at == std::string_view::npos ? at : text.find(']', at);
+    if (close == std::string_view::npos) unreadable_attribute(n.op, n.attributes, key);
+    Dims dims;
+    for (std::size_t p = at + opening.size(); p < close;) {
+        std::int64_t v = 0;
+        const auto [end, error] = std::from_chars(text.data() + p, text.data() + close, v);
+        if (error != std::errc{} || dims.size() == max_rank) unreadable_attribute(n.op, n.attributes, key);
+        dims.push_back(v);
+        p = static_cast<std::size_t>(end - text.data());
+        if (p < close) p += 2;  // ", "
+    }
+    return dims;
 }
 
 [[nodiscard]] inline bool is_fixed(const Graph& g, int id) {

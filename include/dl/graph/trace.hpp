@@ -95,6 +95,8 @@ template <class Result>
 class traced : public function {
 public:
     using function::function;
+    /// A function (graph::load's) called as the traced callable was: its outputs as `Result`.
+    explicit traced(function f) : function(std::move(f)) {}
 
     template <class... T>
     Result operator()(const Tensor<T>&... inputs) {
