@@ -7,10 +7,12 @@
 //
 // Training runs through dl::nn::fit (examples/mlp writes the loop by hand). It writes to --out
 // (default: the working directory) the checkpoint (fashion_mnist.safetensors, model and
-// optimizer), the per-epoch curves (fashion_mnist_curves.csv and .svg) and a profile of 50 training
+// optimizer), the traced inference graph (fashion_mnist_graph.safetensors, which examples/serve
+// runs), the per-epoch curves (fashion_mnist_curves.csv and .svg) and a profile of 50 training
 // steps (a table on stdout, fashion_mnist_trace.json for Perfetto / chrome://tracing), and ends with
 // the lines `test_accuracy=0.xxxx` and `train_seconds=...` (training wall time).
 #include <dl/data.hpp>
+#include <dl/graph/serialize.hpp>
 #include <dl/prof/profiler.hpp>
 
 #include <charconv>
@@ -124,11 +126,23 @@ int train(Model& model, const settings& s, dl::Context& ctx) {
              }});
 
     dl::nn::save_checkpoint(out / "fashion_mnist.safetensors", model, &opt);
+    // Export for serving (examples/serve): raw uint8 pixels in, class scores and predicted classes out,
+    // with the normalisation traced into the graph, so the server needs neither this source nor it.
+    model.train(false);
+    auto classify = [&](const Tensor<std::uint8_t>& images) {
+        Tensor<T> x = (dl::cast<float>(images) * (1.0f / 255.0f) - 0.2860f) * (1.0f / 0.3530f);
+        Tensor<T> scores = model(x.reshape({images.shape()[0], 1, 28, 28}));
+        return std::tuple{scores, dl::argmax(scores, 1)};
+    };
+    auto graph = dl::graph::trace(classify, test_split.images.slice(0, 0, 8));
+    graph.optimize();
+    dl::graph::save(graph, out / "fashion_mnist_graph.safetensors");
     dl::prof::write_svg_plot(out / "fashion_mnist_curves.svg", "Fashion-MNIST, " + s.model,
                              {{train_loss, test_loss}, {train_accuracy, test_accuracy}});
     profiler.write_chrome_trace(out / "fashion_mnist_trace.json");
     std::cout << "\nprofile of training steps 11-60 (self time per op type):\n" << profiler.table();
-    std::printf("saved in %s: fashion_mnist.safetensors (model and optimizer), fashion_mnist_curves.csv and .svg, "
+    std::printf("saved in %s: fashion_mnist.safetensors (model and optimizer), fashion_mnist_graph.safetensors (the "
+                "inference graph, for scripts/run-example serve), fashion_mnist_curves.csv and .svg, "
                 "fashion_mnist_trace.json (open in https://ui.perfetto.dev)\n",
                 std::filesystem::absolute(out).string().c_str());
     std::printf("test_accuracy=%.4f\ntrain_seconds=%.1f\n", result.epochs.back().eval_accuracy, result.train_seconds);
