@@ -19,6 +19,7 @@
 // files that load graphs, not in every includer.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -278,17 +279,16 @@ public:
     void check_write(const void*, std::string_view) const override {}
 };
 
-inline constexpr std::string_view view_ops[] = {"slice", "select", "transpose", "permute", "reshape", "expand", "clone"};
+/// The ops other than elementwise ones that call_op rebuilds (keep the two in step: save() checks a
+/// graph against this list, so that it never writes a file load() refuses).
 inline constexpr std::string_view rebuildable_ops[] = {
-    "matmul", "linear", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "softmax", "log_softmax",
-    "layer_norm", "batch_norm", "sum", "mean", "prod", "max", "min", "logsumexp", "var", "std", "norm", "argmax",
-    "argmin", "any", "all", "index_select", "gather", "scatter", "scatter_add", "embedding_bag", "cat", "stack"};
+    "slice", "select", "transpose", "permute", "reshape", "expand", "clone", "matmul", "linear", "conv2d",
+    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "softmax", "log_softmax", "layer_norm", "batch_norm", "sum",
+    "mean", "prod", "max", "min", "logsumexp", "var", "std", "norm", "argmax", "argmin", "any", "all",
+    "index_select", "gather", "scatter", "scatter_add", "embedding_bag", "cat", "stack"};
 
 [[nodiscard]] inline bool rebuildable_op(std::string_view name) {
-    for (auto list : {std::span<const std::string_view>(view_ops), std::span<const std::string_view>(rebuildable_ops)})
-        for (std::string_view known : list)
-            if (known == name) return true;
-    return false;
+    return std::find(std::begin(rebuildable_ops), std::end(rebuildable_ops), name) != std::end(rebuildable_ops);
 }
 
 /// Runs node n's op, by its public function, on `in` (one tensor per node input). Ops that compute
