@@ -1,7 +1,7 @@
 // Serves a model without its source: loads the inference graph examples/fashion_mnist exports
 // (fashion_mnist_graph.safetensors: raw uint8 pixels in, class scores and predicted classes out),
 // classifies the 10,000 Fashion-MNIST test images in batches, and ends with the lines
-// `test_accuracy=0.xxxx` (as the training run printed it) and `images_per_second=...`.
+// `test_accuracy=<fraction correct>` (as the training run printed it) and `images_per_second=...`.
 // Run: scripts/run-example fashion_mnist, then scripts/run-example serve [--graph FILE] [--batch N]
 // [--threads N] [--data DIR]
 //

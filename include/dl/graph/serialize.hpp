@@ -6,7 +6,7 @@
 // the weights.
 //
 // A file holds op names and attributes, never code. load() rebuilds each node's kernel from the op's
-// own definition (DESIGN.md, principle 1): it calls the op's public function once on placeholder
+// own definition (DESIGN.md, principle 1): it calls the op's public function once on zero-filled
 // tensors of the node's input types while recording, and checks that the op recorded is the one saved,
 // attributes included, with the saved result type. Elementwise nodes and the steps of fused nodes get
 // their tile kernels from the functors of expr/functors.hpp, found by name.
@@ -627,12 +627,12 @@ template <class T = float, class... More>
                     detail::load_failure(where, "node ", i, " (", n.op, ") step ", s, " reads an input that does not exist");
     }
 
-    // Rebuild the kernels. Placeholders (zeros) stand for every value that is not a parameter or a
+    // Rebuild the kernels. Zero-filled tensors stand for every value that is not a parameter or a
     // constant: an op's kernel depends on its inputs' types and its attributes, never their values.
-    std::vector<any_tensor> placeholders(g.values.size());
-    auto placeholder = [&](int id) -> const any_tensor& {
+    std::vector<any_tensor> stand_ins(g.values.size());
+    auto stand_in = [&](int id) -> const any_tensor& {
         const value& v = g.values[static_cast<std::size_t>(id)];
-        any_tensor& p = placeholders[static_cast<std::size_t>(id)];
+        any_tensor& p = stand_ins[static_cast<std::size_t>(id)];
         if (p.index() == 0)
             p = v.data.index() != 0 ? v.data : detail::with_dtype(v.dtype, [&]<class E>(std::type_identity<E>) -> any_tensor {
                 return zeros<E>(v.shape, ctx);
@@ -663,7 +663,7 @@ template <class T = float, class... More>
             n.kernel = detail::tile_node_kernel(n, result);
         } else {
             std::vector<any_tensor> in;
-            for (int id : n.inputs) in.push_back(placeholder(id));
+            for (int id : n.inputs) in.push_back(stand_in(id));
             detail::op_capture capture;
             try {
                 const detail::recording on(ctx, capture);
