@@ -1,6 +1,8 @@
 // Matrix multiply and convolution: dl's own GEMM against OpenBLAS and Eigen on the same square
-// shapes (and its bf16 and int8 products), the fused Linear epilogue against the unfused ops, and the Fashion-MNIST CNN's convolutions
-// against libtorch. Every GEMM reports `gflops` (2·N³ / time).
+// shapes (and its bf16 and int8 products), the fused Linear epilogue against the unfused ops, and the
+// Fashion-MNIST CNN's convolutions and 2×2 poolings against libtorch. Every GEMM reports `gflops`
+// (2·N³ / time); poolings report `gbps`, the bytes of input and output (and of max_pool2d's winner
+// indices) over the time.
 //
 // Registration order matters: dl's benchmarks run first and OpenBLAS's last, because OpenBLAS's
 // threads keep spinning for a while after each call and would steal the second core from whatever
@@ -133,6 +135,52 @@ void conv2d_bwd(benchmark::State& state, conv_shape s) {
     set_gflops(state, 2 * conv_flops(s));
 }
 
+// The Fashion-MNIST CNN's 2×2 poolings, batch 64: after the 32-channel conv on 28×28 and the 64-channel
+// one on 14×14.
+struct pool_shape {
+    std::int64_t c, hw;
+    bool max;
+};
+constexpr pool_shape pool_shapes[] = {{32, 28, true}, {64, 14, true}, {32, 28, false}};
+
+/// Bytes a pooling reads and writes: input and output, plus max_pool2d's int32 winners (forward
+/// writes them, backward reads them; backward reads the output gradient and writes the input's).
+double pool_bytes(const pool_shape& s) {
+    const double in = 64.0 * double(s.c) * double(s.hw * s.hw), out = in / 4;
+    return 4 * (in + out + (s.max ? out : 0));
+}
+
+void set_gbps(benchmark::State& state, double bytes_per_iteration) {
+    state.counters["gbps"] = benchmark::Counter(bytes_per_iteration * double(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
+void pool2d_fwd(benchmark::State& state, pool_shape s) {
+    dl::Context ctx({.seed = 1, .threads = 1});
+    const auto x = dl::normal<float>({64, s.c, s.hw, s.hw}, 0, 1, ctx);
+    for (auto _ : state) {
+        auto y = s.max ? dl::max_pool2d(x, {.kernel = 2}) : dl::avg_pool2d(x, {.kernel = 2});
+        benchmark::DoNotOptimize(y.data());
+    }
+    set_gbps(state, pool_bytes(s));
+}
+
+void pool2d_bwd(benchmark::State& state, pool_shape s) {
+    dl::Context ctx({.seed = 1, .threads = 1});
+    auto x = dl::normal<float>({64, s.c, s.hw, s.hw}, 0, 1, ctx);
+    x.requires_grad_();
+    const auto g = dl::normal<float>({64, s.c, s.hw / 2, s.hw / 2}, 0, 1, ctx);
+    for (auto _ : state) {
+        state.PauseTiming();
+        auto y = s.max ? dl::max_pool2d(x, {.kernel = 2}) : dl::avg_pool2d(x, {.kernel = 2});
+        dl::nn::zero_grad(std::vector{x});
+        state.ResumeTiming();
+        y.backward(g);
+        benchmark::DoNotOptimize(x.grad().data());
+    }
+    set_gbps(state, pool_bytes(s));
+}
+
 #ifdef DL_BENCH_HAVE_TORCH
 void libtorch_conv2d_fwd(benchmark::State& state, conv_shape s) {
     torch::set_num_threads(1);
@@ -161,6 +209,32 @@ void libtorch_conv2d_bwd(benchmark::State& state, conv_shape s) {
         benchmark::DoNotOptimize(w.grad().data_ptr());
     }
     set_gflops(state, 2 * conv_flops(s));
+}
+
+void libtorch_pool2d_fwd(benchmark::State& state, pool_shape s) {
+    torch::set_num_threads(1);
+    torch::NoGradGuard off;
+    const auto x = torch::randn({64, s.c, s.hw, s.hw});
+    for (auto _ : state) {
+        auto y = s.max ? torch::max_pool2d(x, 2) : torch::avg_pool2d(x, 2);
+        benchmark::DoNotOptimize(y.data_ptr());
+    }
+    set_gbps(state, pool_bytes(s));
+}
+
+void libtorch_pool2d_bwd(benchmark::State& state, pool_shape s) {
+    torch::set_num_threads(1);
+    auto x = torch::randn({64, s.c, s.hw, s.hw}).requires_grad_();
+    const auto g = torch::randn({64, s.c, s.hw / 2, s.hw / 2});
+    for (auto _ : state) {
+        state.PauseTiming();
+        auto y = s.max ? torch::max_pool2d(x, 2) : torch::avg_pool2d(x, 2);
+        x.mutable_grad() = torch::Tensor();
+        state.ResumeTiming();
+        y.backward(g);
+        benchmark::DoNotOptimize(x.grad().data_ptr());
+    }
+    set_gbps(state, pool_bytes(s));
 }
 #endif
 
@@ -198,6 +272,11 @@ std::string conv_name(const char* op, const conv_shape& s) {
            "/" + std::to_string(s.o) + "x3x3";
 }
 
+std::string pool_name(const char* direction, const pool_shape& s, bool torch) {
+    return std::string(torch ? "libtorch_" : "") + (s.max ? "max" : "avg") + "_pool2d_" + direction + "/64x" +
+           std::to_string(s.c) + "x" + std::to_string(s.hw) + "x" + std::to_string(s.hw) + "/2x2";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +291,14 @@ int main(int argc, char** argv) {
 #ifdef DL_BENCH_HAVE_TORCH
         benchmark::RegisterBenchmark(conv_name("libtorch_conv2d_fwd", s).c_str(), libtorch_conv2d_fwd, s)->UseRealTime();
         benchmark::RegisterBenchmark(conv_name("libtorch_conv2d_bwd", s).c_str(), libtorch_conv2d_bwd, s)->UseRealTime();
+#endif
+    }
+    for (const pool_shape& s : pool_shapes) {
+        benchmark::RegisterBenchmark(pool_name("fwd", s, false).c_str(), pool2d_fwd, s)->UseRealTime();
+        benchmark::RegisterBenchmark(pool_name("bwd", s, false).c_str(), pool2d_bwd, s)->UseRealTime();
+#ifdef DL_BENCH_HAVE_TORCH
+        benchmark::RegisterBenchmark(pool_name("fwd", s, true).c_str(), libtorch_pool2d_fwd, s)->UseRealTime();
+        benchmark::RegisterBenchmark(pool_name("bwd", s, true).c_str(), libtorch_pool2d_bwd, s)->UseRealTime();
 #endif
     }
 #ifdef DL_BENCH_HAVE_EIGEN

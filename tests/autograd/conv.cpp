@@ -167,6 +167,95 @@ TEST_CASE("max_pool2d and avg_pool2d against scalar windows, with gradients") {
           std::string::npos);
 }
 
+/// float pooling, forward and backward, by the definition: one window at a time, taps in row-major
+/// order, sums in float; the backward adds each output's share into its window, outputs in order.
+struct pool_reference {
+    Tensor<float> max, avg, max_grad, avg_grad;
+};
+pool_reference pool_by_definition(const Tensor<float>& x, const Tensor<float>& g, const dl::pool2d_options& o) {
+    const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+    const std::int64_t sh = o.stride.h ? o.stride.h : o.kernel.h, sw = o.stride.w ? o.stride.w : o.kernel.w;
+    const std::int64_t oh = g.shape()[2], ow = g.shape()[3];
+    pool_reference r{Tensor<float>(g.shape()), Tensor<float>(g.shape()), dl::zeros<float>(x.shape()),
+                     dl::zeros<float>(x.shape())};
+    for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t ch = 0; ch < c; ++ch)
+            for (std::int64_t y = 0; y < oh; ++y)
+                for (std::int64_t z = 0; z < ow; ++z) {
+                    const std::int64_t y0 = y * sh - o.padding.h, z0 = z * sw - o.padding.w;
+                    const std::int64_t y1 = std::min(y0 + o.kernel.h, h + o.padding.h);
+                    const std::int64_t z1 = std::min(z0 + o.kernel.w, w + o.padding.w);
+                    float best = 0, total = 0;
+                    std::int64_t by = -1, bz = -1, valid = 0;
+                    for (std::int64_t p = std::max<std::int64_t>(y0, 0); p < std::min(y1, h); ++p)
+                        for (std::int64_t q = std::max<std::int64_t>(z0, 0); q < std::min(z1, w); ++q) {
+                            const float v = x(i, ch, p, q);
+                            if (by < 0 || v > best || (std::isnan(v) && !std::isnan(best))) best = v, by = p, bz = q;
+                            total += v;
+                            ++valid;
+                        }
+                    const float divisor = o.count_include_pad ? float((y1 - y0) * (z1 - z0)) : float(valid);
+                    r.max(i, ch, y, z) = best;
+                    r.avg(i, ch, y, z) = total / divisor;
+                    r.max_grad(i, ch, by, bz) += g(i, ch, y, z);
+                    const float share = g(i, ch, y, z) / divisor;
+                    for (std::int64_t p = std::max<std::int64_t>(y0, 0); p < std::min(y1, h); ++p)
+                        for (std::int64_t q = std::max<std::int64_t>(z0, 0); q < std::min(z1, w); ++q)
+                            r.avg_grad(i, ch, p, q) += share;
+                }
+    return r;
+}
+
+bool same_bits(const Tensor<float>& a, const Tensor<float>& b) {
+    if (a.shape() != b.shape()) return false;
+    const auto ac = a.contiguous(), bc = b.contiguous();
+    for (std::int64_t k = 0; k < a.numel(); ++k)
+        if (std::bit_cast<std::uint32_t>(ac.data()[k]) != std::bit_cast<std::uint32_t>(bc.data()[k])) return false;
+    return true;
+}
+
+TEST_CASE("float pooling (vectorised) equals the definition bit for bit, forward and backward") {
+    // Small integers make ties; NaN and Inf sit in some windows. Planes of 28x28 fill whole vectors,
+    // 13x11 leaves tails and windows clipped by padding inside vectors.
+    for (const dl::Shape& shape : {dl::Shape{2, 3, 28, 28}, dl::Shape{3, 2, 13, 11}, dl::Shape{1, 1, 1, 1}}) {
+        Tensor<float> x = dl::round(dl::normal<float>(shape, 0, 2, ctx()));
+        const std::int64_t numel = x.numel();
+        if (numel > 40) {
+            x.data()[5] = NAN;
+            x.data()[40] = INFINITY;
+            x.data()[numel - 3] = -INFINITY;
+            x.data()[numel / 2] = NAN;
+            x.data()[numel / 2 + 1] = NAN;
+        }
+        const dl::pool2d_options settings[] = {{.kernel = 2},
+                                               {.kernel = 3, .stride = 2, .padding = 1},
+                                               {.kernel = 3, .stride = 1, .padding = 1},  // overlapping windows
+                                               {.kernel = {3, 2}, .stride = {1, 2}},
+                                               {.kernel = 2, .stride = 3},  // positions in no window
+                                               {.kernel = 1}};
+        for (auto o : settings) {
+            if (o.kernel.h > shape[2] || o.kernel.w > shape[3]) continue;
+            for (bool include_pad : {true, false}) {
+                CAPTURE(shape);
+                CAPTURE(o.kernel.h);
+                CAPTURE(o.stride.h);
+                CAPTURE(include_pad);
+                o.count_include_pad = include_pad;
+                Tensor<float> xm = x.detach().requires_grad_(), xa = x.detach().requires_grad_();
+                const auto mx = dl::max_pool2d(xm, o), av = dl::avg_pool2d(xa, o);
+                const Tensor<float> g = dl::round(dl::normal<float>(mx.shape(), 0, 4, ctx())) / 4.0f;
+                mx.backward(g);
+                av.backward(g);
+                const pool_reference r = pool_by_definition(x, g, o);
+                CHECK(same_bits(mx, r.max));
+                CHECK(same_bits(av, r.avg));
+                CHECK(same_bits(xm.grad(), r.max_grad));
+                CHECK(same_bits(xa.grad(), r.avg_grad));
+            }
+        }
+    }
+}
+
 TEST_CASE("adaptive_avg_pool2d uses PyTorch's windows, including overlapping ones") {
     const auto x = randn({1, 2, 5, 7});
     for (auto [oh, ow] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {2, 3}, {5, 7}, {3, 4}}) {

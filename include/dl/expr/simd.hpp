@@ -159,6 +159,47 @@ DL_INLINE void store_compute(T* p, const batch<compute_t<T>>& v) noexcept {
         for (int k = 0; k < W; ++k) p[k] = static_cast<T>(buf[k]);
     }
 }
+
+/// Lane k is p[index[k]], for 4-byte T. xsimd 8 has no AVX-512 float gather, and its AVX-512 int32
+/// one is never selected: both fall back to a lane loop that is not inlined.
+template <class T>
+DL_INLINE batch<T> gather(const T* p, const batch<std::int32_t>& index) noexcept {
+    static_assert(sizeof(T) == 4 && batch<T>::size == batch<std::int32_t>::size, "dl::simd::gather: 4-byte lanes");
+    constexpr std::size_t W = batch<T>::size;
+#if defined(__AVX512F__)
+    if constexpr (W == 16) {
+        if constexpr (std::is_same_v<T, float>)
+            return _mm512_i32gather_ps(index, p, 4);
+        else
+            return _mm512_i32gather_epi32(index, p, 4);
+    }
+#elif defined(__AVX2__)
+    if constexpr (W == 8) {
+        if constexpr (std::is_same_v<T, float>)
+            return _mm256_i32gather_ps(p, index, 4);
+        else
+            return _mm256_i32gather_epi32(reinterpret_cast<const int*>(p), index, 4);
+    }
+#endif
+    alignas(64) std::int32_t at[W];
+    alignas(64) T lanes[W];
+    index.store_aligned(at);
+    for (std::size_t k = 0; k < W; ++k) lanes[k] = p[at[k]];
+    return batch<T>::load_aligned(lanes);
+}
+/// A float mask as the mask of the int32 lanes beside it, and back (for selects on indices).
+DL_INLINE xsimd::batch_bool<std::int32_t> mask_cast(const xsimd::batch_bool<float>& m) noexcept {
+    return xsimd::bool_cast(m);
+}
+DL_INLINE xsimd::batch_bool<float> mask_cast(const xsimd::batch_bool<std::int32_t>& m) noexcept {
+    return xsimd::bool_cast(m);
+}
+/// 0, 1, ..., width - 1.
+DL_INLINE batch<std::int32_t> lane_indices() noexcept {
+    alignas(64) std::int32_t lanes[batch<std::int32_t>::size];
+    for (std::size_t k = 0; k < batch<std::int32_t>::size; ++k) lanes[k] = std::int32_t(k);
+    return batch<std::int32_t>::load_aligned(lanes);
+}
 #else
 template <class T>
 inline constexpr bool has_batch = false;
