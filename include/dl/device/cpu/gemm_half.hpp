@@ -15,7 +15,7 @@
 
 #include "gemm.hpp"
 
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #define DL_HAVE_AVX512_BF16 1
 #else
@@ -54,6 +54,28 @@ inline void bf16_tile(std::int64_t k2, const bfloat16* pa, const bfloat16* pb, f
     }
 }
 
+/// pack_k_groups<NR, 2> of B(pc .. pc+kc, j .. j+cols) for B with contiguous rows: each k pair is two
+/// rows of NR = 32 values interleaved by two permutes, instead of one scattered element at a time.
+/// Columns past `cols` and the row past an odd kc read as zero (masked loads touch no memory there).
+inline void pack_b_bf16_rows(const matrix_ref<const bfloat16>& b, std::int64_t pc, std::int64_t kc, std::int64_t j,
+                             std::int64_t cols, bfloat16* p) {
+    static_assert(bf16_shape::NR == 32, "one 512-bit register holds a row of the panel");
+    // Element e of an interleaved half takes row (e odd) at column e / 2 (+ 16 for the upper half).
+    alignas(64) std::int16_t lower[32], upper[32];
+    for (int e = 0; e < 32; ++e) {
+        lower[e] = std::int16_t(e / 2 + (e % 2) * 32);
+        upper[e] = std::int16_t(16 + e / 2 + (e % 2) * 32);
+    }
+    const __m512i lo = _mm512_load_si512(lower), hi = _mm512_load_si512(upper);
+    const auto valid = cols >= 32 ? ~__mmask32(0) : (__mmask32(1) << cols) - 1;
+    for (std::int64_t k = 0; k < kc; k += 2, p += 64) {
+        const __m512i r0 = _mm512_maskz_loadu_epi16(valid, &b(pc + k, j));
+        const __m512i r1 = k + 1 < kc ? _mm512_maskz_loadu_epi16(valid, &b(pc + k + 1, j)) : _mm512_setzero_si512();
+        _mm512_storeu_si512(p, _mm512_permutex2var_epi16(r0, lo, r1));
+        _mm512_storeu_si512(p + 32, _mm512_permutex2var_epi16(r0, hi, r1));
+    }
+}
+
 /// The packed bf16 product on rows [i_begin, i_end) of C, serial. Each thread packs all of B (no
 /// synchronisation between threads; the copy is O(K·N) against O(M·K·N) work).
 inline void gemm_bf16_rows(const matrix_ref<const bfloat16>& a, const matrix_ref<const bfloat16>& b,
@@ -67,20 +89,34 @@ inline void gemm_bf16_rows(const matrix_ref<const bfloat16>& a, const matrix_ref
     for (std::int64_t pc = 0; pc == 0 || pc < K; pc += bf16_shape::KC) {
         const std::int64_t kc = std::min(bf16_shape::KC, K - pc), k2 = (kc + 1) / 2;
         const bool add = accumulate || pc > 0;
-        for (std::int64_t j = 0; j < N; j += NR)
-            pack_k_groups<NR, 2>(std::min<std::int64_t>(NR, N - j), kc,
-                                 [&](std::int64_t n, std::int64_t k) { return b(pc + k, j + n); }, pb + (j / NR) * k2 * NR * 2);
+        for (std::int64_t j = 0; j < N; j += NR) {
+            bfloat16* panel = pb + (j / NR) * k2 * NR * 2;
+            if (b.col_stride == 1)
+                pack_b_bf16_rows(b, pc, kc, j, std::min<std::int64_t>(NR, N - j), panel);
+            else
+                pack_k_groups<NR, 2>(std::min<std::int64_t>(NR, N - j), kc,
+                                     [&](std::int64_t n, std::int64_t k) { return b(pc + k, j + n); }, panel);
+        }
         for (std::int64_t i = i_begin; i < i_end; i += MR) {
             const std::int64_t rows = std::min<std::int64_t>(MR, i_end - i);
             pack_k_groups<MR, 2>(rows, kc, [&](std::int64_t r, std::int64_t k) { return a(i + r, pc + k); }, pa);
             for (std::int64_t j = 0; j < N; j += NR) {
                 bf16_tile(k2, pa, pb + (j / NR) * k2 * NR * 2, acc);
                 const std::int64_t cols = std::min<std::int64_t>(NR, N - j);
-                for (std::int64_t r = 0; r < rows; ++r)
+                for (std::int64_t r = 0; r < rows; ++r) {
+                    if (cols == NR && c.col_stride == 1) {  // whole vectors
+                        float* out = &c(i + r, j);
+                        for (int v = 0; v < NR; v += 16) {
+                            const __m512 sum = _mm512_loadu_ps(acc[r] + v);
+                            _mm512_storeu_ps(out + v, add ? _mm512_add_ps(_mm512_loadu_ps(out + v), sum) : sum);
+                        }
+                        continue;
+                    }
                     for (std::int64_t n = 0; n < cols; ++n) {
                         float& out = c(i + r, j + n);
                         out = add ? out + acc[r][n] : acc[r][n];
                     }
+                }
             }
         }
     }
