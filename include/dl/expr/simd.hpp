@@ -194,12 +194,6 @@ DL_INLINE xsimd::batch_bool<std::int32_t> mask_cast(const xsimd::batch_bool<floa
 DL_INLINE xsimd::batch_bool<float> mask_cast(const xsimd::batch_bool<std::int32_t>& m) noexcept {
     return xsimd::bool_cast(m);
 }
-/// 0, 1, ..., width - 1.
-DL_INLINE batch<std::int32_t> lane_indices() noexcept {
-    alignas(64) std::int32_t lanes[batch<std::int32_t>::size];
-    for (std::size_t k = 0; k < batch<std::int32_t>::size; ++k) lanes[k] = std::int32_t(k);
-    return batch<std::int32_t>::load_aligned(lanes);
-}
 #else
 template <class T>
 inline constexpr bool has_batch = false;

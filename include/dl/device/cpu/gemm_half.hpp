@@ -9,6 +9,7 @@
 // gemm() on Tensor<bfloat16>/<float16> operands (Linear, Conv2d on 16-bit weights) goes through here
 // and rounds C once on the way back.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -61,12 +62,13 @@ inline void pack_b_bf16_rows(const matrix_ref<const bfloat16>& b, std::int64_t p
                              std::int64_t cols, bfloat16* p) {
     static_assert(bf16_shape::NR == 32, "one 512-bit register holds a row of the panel");
     // Element e of an interleaved half takes row (e odd) at column e / 2 (+ 16 for the upper half).
-    alignas(64) std::int16_t lower[32], upper[32];
-    for (int e = 0; e < 32; ++e) {
-        lower[e] = std::int16_t(e / 2 + (e % 2) * 32);
-        upper[e] = std::int16_t(16 + e / 2 + (e % 2) * 32);
-    }
-    const __m512i lo = _mm512_load_si512(lower), hi = _mm512_load_si512(upper);
+    constexpr auto interleave = [](int first_column) {
+        std::array<std::int16_t, 32> index{};
+        for (int e = 0; e < 32; ++e) index[std::size_t(e)] = std::int16_t(first_column + e / 2 + (e % 2) * 32);
+        return index;
+    };
+    alignas(64) static constexpr std::array<std::int16_t, 32> lower = interleave(0), upper = interleave(16);
+    const __m512i lo = _mm512_load_si512(lower.data()), hi = _mm512_load_si512(upper.data());
     const auto valid = cols >= 32 ? ~__mmask32(0) : (__mmask32(1) << cols) - 1;
     for (std::int64_t k = 0; k < kc; k += 2, p += 64) {
         const __m512i r0 = _mm512_maskz_loadu_epi16(valid, &b(pc + k, j));
