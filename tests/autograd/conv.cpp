@@ -98,6 +98,86 @@ TEST_CASE("conv2d applies an activation in its epilogue, forward and backward") 
     }
 }
 
+/// Float results against a double reference: NaN exactly where the reference has NaN, the same
+/// infinities, and finite values within `tolerance`.
+bool close_to(const Tensor<float>& got, const Tensor<double>& want, double tolerance) {
+    if (got.shape() != want.shape()) return false;
+    const auto a = dl_test::to_vector(got);
+    const auto b = dl_test::to_vector(want);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const double x = a[i], y = b[i];
+        if (std::isnan(y) ? !std::isnan(x) : std::isinf(y) ? x != y : !(std::abs(x - y) <= tolerance)) return false;
+    }
+    return true;
+}
+
+TEST_CASE("conv2d by Winograd F(2x2, 3x3) matches the definition, forward and backward, NaN and Inf included") {
+    struct case_t {
+        dl::Shape x;
+        std::int64_t outs;
+        dl::extent2 padding;
+    };
+    const case_t cases[] = {
+        {{2, 16, 13, 13}, 24, 1},  // odd extents: the last tile row and column are clipped
+        {{1, 17, 8, 6}, 16, 0},    // the input gradient runs at padding 2
+        {{3, 16, 5, 9}, 19, 2},    // ... and at padding 0
+        {{1, 16, 1, 1}, 16, 1},    // one output
+        {{2, 20, 12, 3}, 16, {1, 2}},
+        {{4, 16, 14, 14}, 32, 1},  // several blocks of tiles, the last one short
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.x);
+        CAPTURE(c.outs);
+        const std::int64_t channels = c.x[1];
+        const dl::conv2d_options o{.padding = c.padding};
+        const dl::autograd::detail::window_geometry geo{
+            channels, c.x[2], c.x[3], 3, 3, c.x[2] + 2 * c.padding.h - 2, c.x[3] + 2 * c.padding.w - 2, 1, c.padding, 1};
+        REQUIRE(dl::autograd::detail::winograd_applies<float>(geo, 1, channels, c.outs));
+        Tensor<float> x = dl::normal<float>(c.x, 0, 1, ctx()), w = dl::normal<float>({c.outs, channels, 3, 3}, 0, 0.2, ctx()),
+                      b = dl::normal<float>({c.outs}, 0, 1, ctx());
+        const Tensor<double> xd = dl::cast<double>(x), wd = dl::cast<double>(w), bd = dl::cast<double>(b);
+        const Tensor<double> reference = conv_reference(xd, wd, bd, o);
+        // Sums of 9·C products of magnitude ~0.2: float rounding stays far below 1e-4.
+        CHECK(close_to(dl::conv2d(x, w, b, o), reference, 1e-4));
+        dl::conv2d_options with_relu = o;
+        with_relu.act = dl::activation::relu;
+        CHECK(close_to(dl::conv2d(x, w, b, with_relu), dl::relu(reference), 1e-4));
+
+        // Gradients against the double path (im2col), twice: the second backward adds to the first.
+        const Tensor<float> g = dl::normal<float>(reference.shape(), 0, 1, ctx());
+        x.requires_grad_();
+        w.requires_grad_();
+        b.requires_grad_();
+        Tensor<double> xr = xd.detach().requires_grad_(), wr = wd.detach().requires_grad_(), br = bd.detach().requires_grad_();
+        dl::conv2d(xr, wr, br, o).backward(dl::cast<double>(g));
+        const double terms = double(g.numel()) / double(c.outs);  // per weight-gradient element
+        for (int pass = 1; pass <= 2; ++pass) {
+            CAPTURE(pass);
+            dl::conv2d(x, w, b, o).backward(g);
+            CHECK(close_to(x.grad(), xr.grad() * double(pass), 1e-4 * pass));
+            CHECK(close_to(w.grad(), wr.grad() * double(pass), 1e-5 * terms * pass));
+            CHECK(close_to(b.grad(), br.grad() * double(pass), 1e-5 * terms * pass));
+        }
+
+        // NaN and Inf in the input, then in the output gradient: each output (input gradient) is NaN
+        // or infinite exactly where the definition's is, which the transforms alone would not give.
+        if (x.numel() < 100) continue;
+        Tensor<float> bad = x.detach().contiguous();
+        bad.data()[7] = NAN;
+        bad.data()[bad.numel() / 2] = INFINITY;
+        bad.data()[bad.numel() - 20] = -INFINITY;
+        CHECK(close_to(dl::conv2d(bad, w.detach(), b.detach(), o), conv_reference(dl::cast<double>(bad), wd, bd, o), 1e-4));
+        Tensor<float> bad_g = g.detach().contiguous();
+        bad_g.data()[3] = NAN;
+        bad_g.data()[bad_g.numel() - 5] = INFINITY;
+        Tensor<float> xf = x.detach().requires_grad_();
+        Tensor<double> xdf = xd.detach().requires_grad_();
+        dl::conv2d(xf, w.detach(), b.detach(), o).backward(bad_g);
+        dl::conv2d(xdf, wd, bd, o).backward(dl::cast<double>(bad_g));
+        CHECK(close_to(xf.grad(), xdf.grad(), 1e-4));
+    }
+}
+
 TEST_CASE("conv2d rejects shapes that do not fit, naming them") {
     const auto x = randn({1, 3, 4, 4});
     CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, randn({2, 2, 3, 3})); }).find("[1, 3, 4, 4]") !=

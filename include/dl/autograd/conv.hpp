@@ -1,7 +1,9 @@
 #pragma once
 // 2-D convolution and pooling over NCHW tensors, with their backward. Convolution lowers each image to
 // columns (im2col) and multiplies by the weight with the packed GEMM, bias and activation in its
-// epilogue; its backward multiplies the other way and folds columns back (col2im). Pooling keeps the
+// epilogue; its backward multiplies the other way and folds columns back (col2im). Float 3×3 stride-1
+// convolutions with enough channels run by Winograd's F(2×2, 3×3) instead (device/cpu/winograd.hpp),
+// forward and backward, falling back to im2col when a result is not finite. Pooling keeps the
 // winning position of each max window for its backward; float pooling is vectorised (see
 // vector_pooling).
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../device/cpu/winograd.hpp"
 #include "linalg.hpp"
 
 namespace dl {
@@ -188,6 +191,77 @@ inline void check_positive(extent2 e, std::string_view op, std::string_view what
         dl::detail::fail("dl::", op, ": ", what, " must be at least ", least, ", got (", e.h, ", ", e.w, ")");
 }
 
+/// The sum of g [N, C, H, W] (contiguous) over all but its channels: conv2d's bias gradient. Each
+/// plane is summed in SIMD lanes, the planes in double, image after image: the generic reduction
+/// adds one element at a time in one chain, which took as long as the rest of the 1→32 layer's
+/// backward.
+template <class T>
+[[nodiscard]] Tensor<T> channel_sums(const Tensor<T>& g) {
+    const std::int64_t images = g.shape()[0], channels = g.shape()[1], plane = g.shape()[2] * g.shape()[3];
+    std::vector<double> totals(static_cast<std::size_t>(channels));
+    for (std::int64_t i = 0; i < images; ++i)
+        for (std::int64_t c = 0; c < channels; ++c) {
+            const T* p = g.data() + (i * channels + c) * plane;
+            std::conditional_t<simd::has_batch<T>, xsimd::batch<compute_t<T>>, compute_t<T>> lanes(0);
+            double tail = 0;
+            simd::for_each_block<T>(plane, [&]<class V>(std::int64_t k) {
+                if constexpr (simd::is_batch<V>) lanes += simd::load_as<V>(p + k);
+                else tail += static_cast<double>(p[k]);
+            });
+            if constexpr (simd::has_batch<T>) tail += static_cast<double>(xsimd::hadd(lanes));
+            totals[static_cast<std::size_t>(c)] += tail;
+        }
+    Tensor<T> out({channels}, g.context());
+    for (std::int64_t c = 0; c < channels; ++c) out.data()[c] = static_cast<T>(totals[static_cast<std::size_t>(c)]);
+    return out;
+}
+
+/// Whether a convolution with this geometry, `ins` input and `outs` output channels runs by Winograd
+/// F(2×2, 3×3): float, 3×3, stride 1, no dilation, one group, and at least 16 channels on each side
+/// (below that the transforms cost more than the products save; measured in bench_gemm's conv rows).
+template <class T>
+[[nodiscard]] bool winograd_applies(const window_geometry& g, std::int64_t groups, std::int64_t ins, std::int64_t outs) {
+    return std::is_same_v<T, float> && g.kh == 3 && g.kw == 3 && g.stride.h == 1 && g.stride.w == 1 &&
+           g.dilation.h == 1 && g.dilation.w == 1 && groups == 1 && ins >= 16 && outs >= 16;
+}
+
+/// conv2d's input and weight gradients for the output gradient g, by Winograd where it applies. Each
+/// gradient computed is accumulated and its node pointer cleared: conv2d's im2col loop then computes
+/// only what is left, including a gradient that came out NaN or Inf (the definition says where).
+inline void winograd_gradients(const window_geometry& geo, std::int64_t groups, const Tensor<float>& g,
+                               const Tensor<float>& in, const Tensor<float>& wt, typed_node<float>*& x_node,
+                               typed_node<float>*& w_node) {
+    const std::int64_t images = in.shape()[0], outs = wt.shape()[0], cols = geo.column_cols();
+    Context& ctx = in.context();
+    // The input gradient is the convolution of g with the kernels turned by 180° and the channel roles
+    // swapped, padded by 2 − padding.
+    if (x_node && geo.padding.h <= 2 && geo.padding.w <= 2 && winograd_applies<float>(geo, groups, outs, geo.channels)) {
+        auto [target, had] = product_target(*x_node);
+        const Tensor<float> dx = had ? Tensor<float>(target.shape(), ctx) : target;
+        const bool finite = dl::detail::winograd_conv3x3(
+            g.data(), {outs * cols, cols, geo.ow, 1},
+            {images, outs, geo.oh, geo.ow, geo.channels, 2 - geo.padding.h, 2 - geo.padding.w},
+            dl::detail::winograd_weights(wt.detach().contiguous().data(), outs, geo.channels, true), dx.data(),
+            static_cast<const float*>(nullptr), activation::none, ctx);
+        if (finite) {
+            if (had) target += dx;
+            x_node = nullptr;
+        } else if (!had) {
+            assign(target, 0.0f);
+        }
+    }
+    if (w_node && winograd_applies<float>(geo, groups, geo.channels, outs)) {
+        Tensor<float> dw(wt.shape(), ctx);
+        const auto& xs = in.strides();
+        if (dl::detail::winograd_weight_gradient(in.data(), {xs[0], xs[1], xs[2], xs[3]},
+                                                 {images, geo.channels, geo.h, geo.w, outs, geo.padding.h, geo.padding.w},
+                                                 g.data(), dw.data(), ctx)) {
+            accumulate(*w_node, dw);
+            w_node = nullptr;
+        }
+    }
+}
+
 }  // namespace autograd::detail
 
 /// Cross-correlation of x [N, C, H, W] with weight [O, C / groups, kh, kw], plus bias [O] when given
@@ -242,7 +316,8 @@ template <class T>
     Context& ctx = x.context();
     Tensor<T> out({n, out_channels, geo.oh, geo.ow}, ctx);
     {
-        // Its products are recorded as "matmul" (with their FLOPs); what remains here is im2col.
+        // Its products are recorded as "matmul" or "conv2d_winograd" (with their FLOPs); what remains
+        // here is im2col.
         const prof::op_scope scope(ctx, "conv2d", 0,
                                    double(sizeof(T)) * double(x.numel() + geo.column_rows() * geo.column_cols() * n));
         no_grad off(ctx);
@@ -251,7 +326,16 @@ template <class T>
         const auto& s = x.strides();
         const Tensor<T> b = bias.defined() ? bias.detach().contiguous() : Tensor<T>();  // the epilogue reads a pointer
         const std::int64_t plane = geo.column_cols();
-        for_each_image_chunk(n, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
+        // Winograd, unless an output came out NaN or Inf: then the definition says which ones.
+        bool done = false;
+        if constexpr (std::is_same_v<T, float>)
+            done = winograd_applies<T>(geo, groups, c, out_channels) &&
+                   dl::detail::winograd_conv3x3(x.data(), {s[0], s[1], s[2], s[3]},
+                                                {n, c, geo.h, geo.w, out_channels, o.padding.h, o.padding.w},
+                                                dl::detail::winograd_weights(weight.detach().contiguous().data(),
+                                                                             out_channels, c, false),
+                                                out.data(), b.defined() ? b.data() : nullptr, o.act, ctx);
+        if (!done) for_each_image_chunk(n, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
             const std::int64_t per = images_per_product(plane, last - first), width = per * plane;
             Tensor<T> col({geo.column_rows(), width}, ctx), wide = per > 1 ? Tensor<T>({out_channels, width}, ctx) : Tensor<T>();
             for (std::int64_t i0 = first; i0 < last; i0 += per) {
@@ -283,13 +367,14 @@ template <class T>
                 auto* x_node = autograd::node_of(in);
                 auto* w_node = autograd::node_of(wt);
                 const Tensor<T> w = wt.detach().reshape({outs, rows});
+                if constexpr (std::is_same_v<T, float>) winograd_gradients(geo, groups, g, in, wt, x_node, w_node);
                 if (x_node) (void)autograd::grad_buffer(*x_node);  // allocated before the tasks share it
                 // Each chunk of images sums its own weight gradient; the chunks are then added in order,
                 // so the result does not depend on how many threads ran them.
                 const std::int64_t chunks = image_chunks(images);
                 Tensor<T> partial_dw = w_node ? Tensor<T>({chunks, outs, rows}, ctx) : Tensor<T>();
                 const auto& s = in.strides();
-                for_each_image_chunk(images, ctx, [&](std::int64_t chunk, std::int64_t first, std::int64_t last) {
+                if (w_node || x_node) for_each_image_chunk(images, ctx, [&](std::int64_t chunk, std::int64_t first, std::int64_t last) {
                     // As in the forward: narrow images side by side, one wide product per group.
                     const std::int64_t per = images_per_product(cols, last - first), width = per * cols;
                     Tensor<T> col({geo.column_rows(), width}, ctx), wide = per > 1 ? Tensor<T>({outs, width}, ctx) : Tensor<T>();
@@ -316,7 +401,7 @@ template <class T>
                     }
                 });
                 if (w_node) autograd::accumulate(*w_node, sum(partial_dw, {0}).reshape(wt.shape()));
-                if (auto* n = autograd::node_of(b)) autograd::accumulate(*n, sum(g, {0, 2, 3}));
+                if (auto* n = autograd::node_of(b)) autograd::accumulate(*n, channel_sums(g));
             },
             x, weight, bias);
     return out;
@@ -529,8 +614,8 @@ DL_INLINE auto beats(const V& v, const V& best) {
 
 /// The max over each output's window of one plane, and the plane position it came from.
 template <class T>
-void max_pool_plane(const T* plane, const window_geometry& g, const std::vector<std::int32_t>& offsets, T* out,
-                    std::int32_t* winner) {
+void max_pool_plane(const T* plane, const window_geometry& g, [[maybe_unused]] const std::vector<std::int32_t>& offsets,
+                    T* out, std::int32_t* winner) {
     const std::int64_t outputs = g.oh * g.ow;
     auto one = [&](std::int64_t o) {
         const pool_window win = clipped_window(g, o / g.ow, o % g.ow, true);

@@ -187,6 +187,24 @@ DL_INLINE batch<T> gather(const T* p, const batch<std::int32_t>& index) noexcept
     for (std::size_t k = 0; k < W; ++k) lanes[k] = p[at[k]];
     return batch<T>::load_aligned(lanes);
 }
+/// Lane k is p[index[k]] where mask[k], else 0; masked-off lanes read nothing (their index may point
+/// anywhere).
+template <class T>
+DL_INLINE batch<T> gather(const T* p, const batch<std::int32_t>& index, const xsimd::batch_bool<T>& mask) noexcept {
+    static_assert(std::is_same_v<T, float> && batch<T>::size == batch<std::int32_t>::size, "dl::simd::gather: float lanes");
+    constexpr std::size_t W = batch<T>::size;
+#if defined(__AVX512F__)
+    if constexpr (W == 16) return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), static_cast<__mmask16>(mask), index, p, 4);
+#elif defined(__AVX2__)
+    if constexpr (W == 8) return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), p, index, static_cast<__m256>(mask), 4);
+#endif
+    alignas(64) std::int32_t at[W];
+    alignas(64) T on[W], lanes[W];
+    index.store_aligned(at);
+    xsimd::select(mask, batch<T>(T(1)), batch<T>(T(0))).store_aligned(on);
+    for (std::size_t k = 0; k < W; ++k) lanes[k] = on[k] != T(0) ? p[at[k]] : T(0);
+    return batch<T>::load_aligned(lanes);
+}
 /// A float mask as the mask of the int32 lanes beside it, and back (for selects on indices).
 DL_INLINE xsimd::batch_bool<std::int32_t> mask_cast(const xsimd::batch_bool<float>& m) noexcept {
     return xsimd::bool_cast(m);
@@ -218,6 +236,28 @@ template <class V>
 using scalar_t = typename scalar_of<V>::type;
 
 // --- operations with one meaning for scalars and batches ---
+
+/// p[0 .. lanes of V) as V: a batch of consecutive elements, or the one element.
+template <class V, class T>
+DL_INLINE V load_as(const T* p) noexcept {
+    if constexpr (is_batch<V>) return V::load_unaligned(p);
+    else return *p;
+}
+template <class V, class T>
+DL_INLINE void store_as(T* p, const V& v) noexcept {
+    if constexpr (is_batch<V>) v.store_unaligned(p);
+    else *p = v;
+}
+/// step.template operator()<V>(i) over i in [0, n): batches of T while whole ones fit, then scalars.
+template <class T, class I, class Step>
+DL_INLINE void for_each_block(I n, Step&& step) {
+    I i = 0;
+    if constexpr (has_batch<T>) {
+        constexpr auto w = static_cast<I>(width<T>);
+        for (; i + w <= n; i += w) step.template operator()<xsimd::batch<T>>(i);
+    }
+    for (; i < n; ++i) step.template operator()<T>(i);
+}
 
 template <class V>
 DL_INLINE V fma(const V& a, const V& b, const V& c) noexcept {

@@ -190,7 +190,7 @@ DL_INLINE void store_tile(simd::batch<T> (&acc)[MR][NV], const matrix_ref<T>& c,
     constexpr int W = simd::width<T>, NR = NV * W;
     const bool residual_rows = !ep.residual.data || ep.residual.col_stride == 1;
     if (rows == MR && cols == NR && c.col_stride == 1 && residual_rows) {
-        with_activation(last ? ep.act : activation::none, [&](auto act) {
+        with_activation(last ? ep.act : activation::none, [&](auto act) DL_INLINE_LAMBDA {
             for (int r = 0; r < MR; ++r) {
                 T* out = &c(i0 + r, j0);
                 for (int v = 0; v < NV; ++v)

@@ -550,40 +550,23 @@ private:
             if (s != 0) f(s - 1);
     }
 
-    /// Runs step.template operator()<V>(j) over a row's n elements: SIMD batches, then a scalar
-    /// tail. (Plain loops would stay scalar: std::sqrt does not vectorise while math-errno is on.)
-    template <class Step>
-    DL_INLINE static void over_row(std::uint32_t n, Step&& step) {
-        std::uint32_t j = 0;
-        if constexpr (simd::has_batch<float>) {
-            constexpr auto w = static_cast<std::uint32_t>(simd::width<float>);
-            for (; j + w <= n; j += w) step.template operator()<xsimd::batch<float>>(j);
-        }
-        for (; j < n; ++j) step.template operator()<float>(j);
-    }
-    template <class V>
-    DL_INLINE static V load(const float* p) noexcept {
-        if constexpr (simd::is_batch<V>) return V::load_unaligned(p);
-        else return *p;
-    }
-    template <class V>
-    DL_INLINE static void store(float* p, const V& v) noexcept {
-        if constexpr (simd::is_batch<V>) v.store_unaligned(p);
-        else *p = v;
-    }
-
+    /// The update of one row, in SIMD batches and a scalar tail (plain loops would stay scalar: std::sqrt
+    /// does not vectorise while math-errno is on).
     void apply_optimizer(float* w, float* s, const float* g) const noexcept {
+        using simd::load_as, simd::store_as;
         const optimizer_config o = config_.optimizer;
         const std::uint32_t n = config_.dim;
         switch (o.kind) {
         case optimizer_kind::sgd:
-            over_row(n, [&]<class V>(std::uint32_t j) { store(w + j, load<V>(w + j) - V(o.lr) * load<V>(g + j)); });
+            simd::for_each_block<float>(n, [&]<class V>(std::uint32_t j) {
+                store_as(w + j, load_as<V>(w + j) - V(o.lr) * load_as<V>(g + j));
+            });
             break;
         case optimizer_kind::adagrad:
-            over_row(n, [&]<class V>(std::uint32_t j) {
-                const V d = load<V>(g + j), sum = load<V>(s + j) + d * d;
-                store(s + j, sum);
-                store(w + j, load<V>(w + j) - V(o.lr) * d / (math::sqrt(sum) + V(o.eps)));
+            simd::for_each_block<float>(n, [&]<class V>(std::uint32_t j) {
+                const V d = load_as<V>(g + j), sum = load_as<V>(s + j) + d * d;
+                store_as(s + j, sum);
+                store_as(w + j, load_as<V>(w + j) - V(o.lr) * d / (math::sqrt(sum) + V(o.eps)));
             });
             break;
         case optimizer_kind::rowwise_adagrad: {
@@ -591,7 +574,9 @@ private:
             for (std::uint32_t j = 0; j < n; ++j) squares += g[j] * g[j];
             s[0] += squares / static_cast<float>(n);
             const float step = o.lr / (std::sqrt(s[0]) + o.eps);
-            over_row(n, [&]<class V>(std::uint32_t j) { store(w + j, load<V>(w + j) - V(step) * load<V>(g + j)); });
+            simd::for_each_block<float>(n, [&]<class V>(std::uint32_t j) {
+                store_as(w + j, load_as<V>(w + j) - V(step) * load_as<V>(g + j));
+            });
             break;
         }
         case optimizer_kind::adam: {
@@ -600,13 +585,13 @@ private:
             float& t = s[2 * n];  // steps of this row: exact in float up to 2^24
             t += 1;
             const float step = o.lr / (1 - std::pow(o.beta1, t)), root_c2 = std::sqrt(1 - std::pow(o.beta2, t));
-            over_row(n, [&]<class V>(std::uint32_t j) {
-                const V d = load<V>(g + j);
-                const V mj = V(o.beta1) * load<V>(m + j) + V(1 - o.beta1) * d;
-                const V vj = V(o.beta2) * load<V>(v + j) + V(1 - o.beta2) * d * d;
-                store(m + j, mj);
-                store(v + j, vj);
-                store(w + j, load<V>(w + j) - V(step) * mj / (math::sqrt(vj) / V(root_c2) + V(o.eps)));
+            simd::for_each_block<float>(n, [&]<class V>(std::uint32_t j) {
+                const V d = load_as<V>(g + j);
+                const V mj = V(o.beta1) * load_as<V>(m + j) + V(1 - o.beta1) * d;
+                const V vj = V(o.beta2) * load_as<V>(v + j) + V(1 - o.beta2) * d * d;
+                store_as(m + j, mj);
+                store_as(v + j, vj);
+                store_as(w + j, load_as<V>(w + j) - V(step) * mj / (math::sqrt(vj) / V(root_c2) + V(o.eps)));
             });
             break;
         }
@@ -614,14 +599,14 @@ private:
             float* z = s;
             float* sq = s + n;
             const float inv_lr = 1 / o.lr;
-            over_row(n, [&]<class V>(std::uint32_t j) {
-                const V d = load<V>(g + j), old = load<V>(sq + j), wj = load<V>(w + j);
+            simd::for_each_block<float>(n, [&]<class V>(std::uint32_t j) {
+                const V d = load_as<V>(g + j), old = load_as<V>(sq + j), wj = load_as<V>(w + j);
                 const V grown = old + d * d, root = math::sqrt(grown);
-                const V zj = load<V>(z + j) + d - (root - math::sqrt(old)) * V(inv_lr) * wj;
-                store(z + j, zj);
-                store(sq + j, grown);
+                const V zj = load_as<V>(z + j) + d - (root - math::sqrt(old)) * V(inv_lr) * wj;
+                store_as(z + j, zj);
+                store_as(sq + j, grown);
                 const V shrunk = zj - simd::copysign(V(o.l1), zj);
-                store(w + j, simd::select(simd::abs(zj) <= V(o.l1), V(0.0f), -shrunk / ((V(o.beta) + root) * V(inv_lr) + V(o.l2))));
+                store_as(w + j, simd::select(simd::abs(zj) <= V(o.l1), V(0.0f), -shrunk / ((V(o.beta) + root) * V(inv_lr) + V(o.l2))));
             });
             break;
         }
