@@ -204,7 +204,8 @@ void winograd_input_runs(const T* x, const std::array<std::int64_t, 4>& xs, cons
 /// winograd_input_runs for float, a vector of tiles at a time, whatever rows and images they sit in
 /// (a 13×13 image has runs of 7 tiles, under half a vector): each lane gathers its tile's 4×4 patch,
 /// with the taps in padding masked off. first_tap[k]: x's offset of tile k's top-left tap (possibly in
-/// padding), top[k] / left[k]: its row and column, for k < npad (top = −4 past n: nothing read).
+/// padding), top[k] / left[k]: its row and column, for k < npad (see winograd_block: past the last
+/// tile, top is far out of range and nothing is read).
 inline void winograd_input_vector(const float* x, const std::array<std::int64_t, 4>& xs, const winograd_shape& s,
                                   std::int64_t npad, const std::int32_t* first_tap, const std::int32_t* top,
                                   const std::int32_t* left, float* v, const winograd_layout& layout) {
