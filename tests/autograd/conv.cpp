@@ -178,6 +178,83 @@ TEST_CASE("conv2d by Winograd F(2x2, 3x3) matches the definition, forward and ba
     }
 }
 
+TEST_CASE("conv2d by the direct kernels (windows of 9, 25 and 27 values) matches the definition, NaN and Inf included") {
+    struct case_t {
+        dl::Shape x;
+        std::int64_t outs, kernel;
+        dl::extent2 padding;
+        bool transposed;  // x is a transposed view: its rows are not contiguous
+    };
+    const case_t cases[] = {
+        {{3, 1, 28, 28}, 32, 3, 1, false},  // the Fashion-MNIST CNN's first layer: a row is 28 outputs
+        {{2, 3, 17, 19}, 5, 3, {0, 2}, false},  // RGB, 27 values; padding only along rows
+        {{2, 1, 20, 16}, 4, 5, 2, false},       // 5x5: rows of 16 outputs
+        {{1, 3, 18, 20}, 7, 3, 0, true},
+        {{9, 1, 5, 33}, 3, 3, {3, 0}, false},  // padding beyond the kernel: whole rows of outputs see only bias
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.x);
+        CAPTURE(c.kernel);
+        const dl::conv2d_options o{.padding = c.padding};
+        const std::int64_t channels = c.x[1], oh = c.x[2] + 2 * c.padding.h - c.kernel + 1,
+                           ow = c.x[3] + 2 * c.padding.w - c.kernel + 1;
+        const dl::autograd::detail::window_geometry geo{channels, c.x[2], c.x[3], c.kernel, c.kernel, oh, ow, 1,
+                                                        c.padding, 1};
+        REQUIRE(dl::autograd::detail::direct_conv_applies<float>(geo, 1, c.outs));
+        Tensor<float> x = c.transposed ? dl::normal<float>({c.x[0], c.x[1], c.x[3], c.x[2]}, 0, 1, ctx()).transpose(2, 3)
+                                       : dl::normal<float>(c.x, 0, 1, ctx());
+        Tensor<float> w = dl::normal<float>({c.outs, channels, c.kernel, c.kernel}, 0, 0.2, ctx()),
+                      b = dl::normal<float>({c.outs}, 0, 1, ctx());
+        const Tensor<double> xd = dl::cast<double>(x), wd = dl::cast<double>(w), bd = dl::cast<double>(b);
+        const Tensor<double> reference = conv_reference(xd, wd, bd, o);
+        CHECK(close_to(dl::conv2d(x, w, b, o), reference, 1e-5));
+        CHECK(close_to(dl::conv2d(x, w, {}, o), conv_reference(xd, wd, {}, o), 1e-5));
+        dl::conv2d_options with_relu = o;
+        with_relu.act = dl::activation::relu;
+        CHECK(close_to(dl::conv2d(x, w, b, with_relu), dl::relu(reference), 1e-5));
+
+        // The weight gradient (the input's, too, by im2col) against the double path, twice: the second
+        // backward adds to the first.
+        const Tensor<float> g = dl::normal<float>(reference.shape(), 0, 1, ctx());
+        w.requires_grad_();
+        b.requires_grad_();
+        Tensor<double> wr = wd.detach().requires_grad_(), br = bd.detach().requires_grad_();
+        dl::conv2d(xd, wr, br, o).backward(dl::cast<double>(g));
+        const double terms = double(g.numel()) / double(c.outs);  // per weight-gradient element
+        for (int pass = 1; pass <= 2; ++pass) {
+            CAPTURE(pass);
+            dl::conv2d(x, w, b, o).backward(g);
+            CHECK(close_to(w.grad(), wr.grad() * double(pass), 1e-6 * terms * pass));
+            CHECK(close_to(b.grad(), br.grad() * double(pass), 1e-6 * terms * pass));
+        }
+
+        // NaN and Inf in the input, then in the output gradient, land where the definition puts them.
+        Tensor<float> bad = x.detach().clone();  // x is used again below
+        bad.data()[7] = NAN;
+        bad.data()[bad.numel() / 2] = INFINITY;
+        bad.data()[bad.numel() - 20] = -INFINITY;
+        CHECK(close_to(dl::conv2d(bad, w.detach(), b.detach(), o), conv_reference(dl::cast<double>(bad), wd, bd, o), 1e-5));
+        Tensor<float> bad_g = g.detach().clone();
+        bad_g.data()[3] = NAN;
+        bad_g.data()[bad_g.numel() - 5] = INFINITY;
+        Tensor<float> wf = w.detach().requires_grad_();
+        Tensor<double> wdf = wd.detach().requires_grad_();
+        dl::conv2d(x, wf, b.detach(), o).backward(bad_g);
+        dl::conv2d(xd, wdf, bd, o).backward(dl::cast<double>(bad_g));
+        CHECK(close_to(wf.grad(), wdf.grad(), 1e-6 * terms));
+    }
+    // Rows narrower than a vector, strides and groups stay on im2col.
+    const dl::autograd::detail::window_geometry narrow{1, 4, 4, 3, 3, 4, 4, 1, 1, 1};
+    CHECK(dl::autograd::detail::direct_conv_applies<float>(narrow, 1, 8) == (dl::simd::width<float> <= 4));
+    const dl::autograd::detail::window_geometry strided{1, 28, 28, 3, 3, 14, 14, 2, 1, 1};
+    CHECK_FALSE(dl::autograd::detail::direct_conv_applies<float>(strided, 1, 8));
+    const dl::autograd::detail::window_geometry four_channels{4, 28, 28, 3, 3, 28, 28, 1, 1, 1};
+    CHECK_FALSE(dl::autograd::detail::direct_conv_applies<float>(four_channels, 1, 8));
+    const dl::autograd::detail::window_geometry first_layer{1, 28, 28, 3, 3, 28, 28, 1, 1, 1};
+    CHECK(dl::autograd::detail::direct_conv_applies<float>(first_layer, 1, 8));
+    CHECK_FALSE(dl::autograd::detail::direct_conv_applies<double>(first_layer, 1, 8));
+}
+
 TEST_CASE("conv2d rejects shapes that do not fit, naming them") {
     const auto x = randn({1, 3, 4, 4});
     CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, randn({2, 2, 3, 3})); }).find("[1, 3, 4, 4]") !=

@@ -3,7 +3,9 @@
 // columns (im2col) and multiplies by the weight with the packed GEMM, bias and activation in its
 // epilogue; its backward multiplies the other way and folds columns back (col2im). Float 3×3 stride-1
 // convolutions with enough channels run by Winograd's F(2×2, 3×3) instead (device/cpu/winograd.hpp),
-// forward and backward, falling back to im2col when a result is not finite. Pooling keeps the
+// forward and backward, falling back to im2col when a result is not finite; convolutions whose windows
+// hold 9, 25 or 27 values (first layers) run direct (device/cpu/direct_conv.hpp), forward and weight
+// gradient. Pooling keeps the
 // winning position of each max window for its backward; float pooling is vectorised (see
 // vector_pooling).
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../device/cpu/direct_conv.hpp"
 #include "../device/cpu/winograd.hpp"
 #include "linalg.hpp"
 
@@ -225,6 +228,21 @@ template <class T>
            g.dilation.h == 1 && g.dilation.w == 1 && groups == 1 && ins >= 16 && outs >= 16;
 }
 
+/// The direct kernels' shape (device/cpu/direct_conv.hpp) for a convolution of `images` images into
+/// `outs` channels.
+[[nodiscard]] inline dl::detail::direct_conv_shape direct_shape(const window_geometry& g, std::int64_t images,
+                                                               std::int64_t outs) {
+    return {images, g.channels, g.h, g.w, outs, g.kh, g.kw, g.padding.h, g.padding.w};
+}
+
+/// Whether a convolution runs by the direct kernels: float, stride 1, no dilation, one group, and a
+/// window size and output width they cover. (Double stays on im2col, the tests' reference.)
+template <class T>
+[[nodiscard]] bool direct_conv_applies(const window_geometry& g, std::int64_t groups, std::int64_t outs) {
+    return std::is_same_v<T, float> && g.stride.h == 1 && g.stride.w == 1 && g.dilation.h == 1 && g.dilation.w == 1 &&
+           groups == 1 && dl::detail::direct_conv_covers<T>(direct_shape(g, 1, outs));
+}
+
 /// conv2d's input and weight gradients for the output gradient g, by Winograd where it applies. Each
 /// gradient computed is accumulated and its node pointer cleared: conv2d's im2col loop then computes
 /// only what is left, including a gradient that came out NaN or Inf (the definition says where).
@@ -328,13 +346,20 @@ template <class T>
         const std::int64_t plane = geo.column_cols();
         // Winograd, unless an output came out NaN or Inf: then the definition says which ones.
         bool done = false;
-        if constexpr (std::is_same_v<T, float>)
-            done = winograd_applies<T>(geo, groups, c, out_channels) &&
+        if constexpr (std::is_same_v<T, float>) {
+            if (direct_conv_applies<T>(geo, groups, out_channels)) {
+                dl::detail::direct_conv(x.data(), {s[0], s[1], s[2], s[3]}, direct_shape(geo, n, out_channels),
+                                        weight.detach().contiguous().data(), b.defined() ? b.data() : nullptr, o.act,
+                                        out.data(), ctx);
+                done = true;
+            }
+            done = done || (winograd_applies<T>(geo, groups, c, out_channels) &&
                    dl::detail::winograd_conv3x3(x.data(), {s[0], s[1], s[2], s[3]},
                                                 {n, c, geo.h, geo.w, out_channels, o.padding.h, o.padding.w},
                                                 dl::detail::winograd_weights(weight.detach().contiguous().data(),
                                                                              out_channels, c, false),
-                                                out.data(), b.defined() ? b.data() : nullptr, o.act, ctx);
+                                                out.data(), b.defined() ? b.data() : nullptr, o.act, ctx));
+        }
         if (!done) for_each_image_chunk(n, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
             const std::int64_t per = images_per_product(plane, last - first), width = per * plane;
             Tensor<T> col({geo.column_rows(), width}, ctx), wide = per > 1 ? Tensor<T>({out_channels, width}, ctx) : Tensor<T>();
@@ -367,7 +392,18 @@ template <class T>
                 auto* x_node = autograd::node_of(in);
                 auto* w_node = autograd::node_of(wt);
                 const Tensor<T> w = wt.detach().reshape({outs, rows});
-                if constexpr (std::is_same_v<T, float>) winograd_gradients(geo, groups, g, in, wt, x_node, w_node);
+                if constexpr (std::is_same_v<T, float>) {
+                    winograd_gradients(geo, groups, g, in, wt, x_node, w_node);
+                    if (w_node && direct_conv_applies<T>(geo, groups, outs)) {
+                        const Tensor<T> dw(wt.shape(), ctx);
+                        const auto& xs = in.strides();
+                        dl::detail::direct_conv_weight_gradient(in.data(), {xs[0], xs[1], xs[2], xs[3]},
+                                                                direct_shape(geo, images, outs), g.data(),
+                                                                image_chunks(images), dw.data(), ctx);
+                        autograd::accumulate(*w_node, dw);
+                        w_node = nullptr;
+                    }
+                }
                 if (x_node) (void)autograd::grad_buffer(*x_node);  // allocated before the tasks share it
                 // Each chunk of images sums its own weight gradient; the chunks are then added in order,
                 // so the result does not depend on how many threads ran them.
