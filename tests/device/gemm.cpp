@@ -92,7 +92,7 @@ TEST_CASE_TEMPLATE("gemm matches a double reference for every transpose and stri
     std::uint32_t seed = 1;
     for (std::int64_t M : sizes)
         for (std::int64_t N : {std::int64_t{1}, std::int64_t{17}, std::int64_t{33}, std::int64_t{64}})
-            for (std::int64_t K : {std::int64_t{1}, std::int64_t{5}, std::int64_t{64}})
+            for (std::int64_t K : {std::int64_t{1}, std::int64_t{5}, std::int64_t{37}, std::int64_t{64}})
                 for (int la = 0; la < 3; ++la)
                     for (int lb = 0; lb < 3; ++lb) {
                         CAPTURE(M);
@@ -163,6 +163,19 @@ TEST_CASE("gemm: NaN and Inf in the inputs propagate") {
     dl::detail::gemm(a.in(), b.in(), c.m, gemm_epilogue<float>{}, ctx);
     for (std::int64_t j = 0; j < 40; ++j) CHECK(std::isnan(c.m(3, j)));
     CHECK(std::isinf(c.m(0, 11)));
+    // A few rows times a transposed B: the dot-product path, NaN and Inf in its vector part and its tail.
+    for (std::int64_t K : {16, 37}) {
+        strided_matrix<float> x(3, K, 0, 4), w(K, 9, 1, 5), y(3, 9, 0, 6);
+        x.m(1, 2) = std::numeric_limits<float>::quiet_NaN();
+        w.m(K - 1, 6) = std::numeric_limits<float>::infinity();
+        x.m(0, K - 1) = 1;  // a positive factor for the Inf
+        x.m(2, K - 1) = 1;
+        dl::detail::gemm(x.in(), w.in(), y.m, gemm_epilogue<float>{}, ctx);
+        for (std::int64_t j = 0; j < 9; ++j) CHECK(std::isnan(y.m(1, j)));
+        CHECK(std::isinf(y.m(0, 6)));
+        CHECK(std::isinf(y.m(2, 6)));
+        CHECK(std::isfinite(y.m(0, 5)));
+    }
 }
 
 TEST_CASE("gemm gives the same bits on 1 and 2 threads, split along M or along N") {
@@ -175,6 +188,25 @@ TEST_CASE("gemm gives the same bits on 1 and 2 threads, split along M or along N
         CHECK(c1.storage == c2.storage);
     }
 }
+
+#ifndef DL_NO_SIMD
+TEST_CASE_TEMPLATE("simd::lane_sums: lane q is the sum of the lanes of batch q", T, float, double) {
+    // The small-M path (x·Wᵀ) folds its accumulators with it; xsimd 8.1's own haddp permutes lanes on AVX-512.
+    constexpr int W = dl::simd::width<T>;
+    dl::simd::batch<T> v[W];
+    alignas(64) T lanes[W];
+    for (int q = 0; q < W; ++q) {
+        for (int l = 0; l < W; ++l) lanes[l] = T(q * 100 + l * l);
+        v[q] = dl::simd::load(lanes);
+    }
+    dl::simd::store(lanes, dl::simd::lane_sums(v));
+    for (int q = 0; q < W; ++q) {
+        T expected = 0;
+        for (int l = 0; l < W; ++l) expected += T(q * 100 + l * l);
+        CHECK(lanes[q] == expected);
+    }
+}
+#endif
 
 TEST_CASE("gemm rejects shapes that do not multiply") {
     Context ctx({.threads = 1});

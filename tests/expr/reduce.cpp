@@ -3,7 +3,10 @@
 // and on expressions, for float and double (and integers where they apply).
 #include "reduce_check.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -114,6 +117,30 @@ TEST_CASE_TEMPLATE("reductions consume expressions without materialising them", 
     // The brief's example, spelled out.
     auto s = dl::sum(x * y + 1.0f, {1});
     check_reduction(s, reduce_reference(values, x.shape(), {1}, false, ref_sum), reduced<T>, "sum(x * y + 1, {1})");
+}
+
+TEST_CASE_TEMPLATE("reductions over the leading dimensions of a contiguous tensor equal the generic fold, bit for bit",
+                   T, float, double) {
+    // 600 columns: two full blocks of column states and a tail; the expression x * 1 takes the generic path.
+    auto x = random<T>({7, 10, 600}, -1, 1, 6);
+    x(3, 4, 5) = std::numeric_limits<T>::quiet_NaN();
+    x(6, 9, 599) = std::numeric_limits<T>::infinity();
+    for (const dl::Dims& axes : {dl::Dims{0}, dl::Dims{0, 1}})
+        for (const bool keepdim : {false, true}) {
+            CAPTURE(axes);
+            CAPTURE(keepdim);
+            const auto fast = dl::sum(x, axes, keepdim), generic = dl::sum(x * T(1), axes, keepdim);
+            REQUIRE(fast.shape() == generic.shape());
+            CHECK(std::memcmp(fast.data(), generic.data(), sizeof(T) * std::size_t(fast.numel())) == 0);
+            const auto fast_max = dl::argmax(x, 0), generic_max = dl::argmax(x * T(1), 0);
+            CHECK(std::equal(fast_max.data(), fast_max.data() + fast_max.numel(), generic_max.data()));
+        }
+    CHECK(std::isnan(dl::sum(x, {0})(4, 5)));
+    CHECK(std::isinf(dl::mean(x, {0, 1})(599)));
+    // A size-1 leading dimension (a bias gradient at batch 1) is a copy.
+    const auto row = random<T>({1, 33}, -1, 1, 7);
+    const auto copy = dl::sum(row, {0});
+    for (std::int64_t j = 0; j < 33; ++j) CHECK(copy(j) == row(0, j));
 }
 
 TEST_CASE("reductions of a comparison and of integer tensors") {

@@ -205,6 +205,32 @@ DL_INLINE batch<T> gather(const T* p, const batch<std::int32_t>& index, const xs
     for (std::size_t k = 0; k < W; ++k) lanes[k] = on[k] != T(0) ? p[at[k]] : T(0);
     return batch<T>::load_aligned(lanes);
 }
+/// Lane q is the sum of v[q]'s lanes, for width<T> batches v (a transposing horizontal add). xsimd 8.1's
+/// haddp computes it, except that its AVX-512 float version returns lanes 2-3 and 4-5 of every eight
+/// swapped (1 2 5 6 3 4 7 8 … for v[q] = q + 1 in lane 0), so that case is written here.
+template <class T>
+DL_INLINE batch<T> lane_sums(const batch<T>* v) noexcept {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float> && batch<T>::size == 16) {
+        // Pairs of vectors into one, then pairs of those, each lane holding a partial sum of its vector
+        // within its 128-bit block; then the blocks are summed across.
+        __m512 pairs[8], quads[4];
+        for (int p = 0; p < 8; ++p)
+            pairs[p] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * p], v[2 * p + 1]), _mm512_unpackhi_ps(v[2 * p], v[2 * p + 1]));
+        for (int g = 0; g < 4; ++g) {
+            const __m512d a = _mm512_castps_pd(pairs[2 * g]), b = _mm512_castps_pd(pairs[2 * g + 1]);
+            quads[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+        }
+        auto halves = [](__m512 a, __m512 b) {
+            return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+        };
+        const __m512 low = halves(quads[0], quads[1]), high = halves(quads[2], quads[3]);
+        return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(low, high, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+#endif
+    return xsimd::haddp(v);
+}
 /// A float mask as the mask of the int32 lanes beside it, and back (for selects on indices).
 DL_INLINE xsimd::batch_bool<std::int32_t> mask_cast(const xsimd::batch_bool<float>& m) noexcept {
     return xsimd::bool_cast(m);

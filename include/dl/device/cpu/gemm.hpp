@@ -278,7 +278,9 @@ void pack_transposed(const T* src, std::int64_t stride, int rows, std::int64_t k
         for (std::int64_t k = 0; k < kc; ++k) dst[k * Step + r] = src[r * stride + k];
 }
 
-/// Copies A(i0 .. i0+mc, k0 .. k0+kc) into panels of MR rows, k-major, the last panel zero-padded.
+/// Copies A(i0 .. i0+mc, k0 .. k0+kc) into panels of MR rows, k-major. A last, short panel is left
+/// unpadded: the kernels of its own height (with_rows) read only its rows, and zeroing the rest cost a
+/// memset per k, 15% of a batch-1 linear layer.
 template <int MR, class T>
 void pack_a(const matrix_ref<const T>& a, std::int64_t i0, std::int64_t mc, std::int64_t k0, std::int64_t kc, T* dst) {
     for (std::int64_t p = 0; p < mc; p += MR, dst += MR * kc) {
@@ -291,7 +293,6 @@ void pack_a(const matrix_ref<const T>& a, std::int64_t i0, std::int64_t mc, std:
                 for (int r = 0; r < rows; ++r) dst[k * MR + r] = src[r * a.row_stride];
             }
         }
-        for (std::int64_t k = 0; k < kc && rows < MR; ++k) std::fill(dst + k * MR + rows, dst + (k + 1) * MR, T(0));
     }
 }
 
@@ -413,6 +414,40 @@ void gemm_direct_rows(const matrix_ref<const T>& a, const matrix_ref<const T>& b
         finish_scalar(sums, W, c, i, j, 1, N - j, ep, true, true);
     }
 }
+
+/// C(i, j .. j+cols) for cols ≤ W as dot products of A's row i and B's columns, both contiguous along
+/// k. simd::lane_sums folds the W accumulators into one vector of W sums, which the epilogue stores whole.
+template <class T>
+void dot_columns(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c, std::int64_t i,
+                 std::int64_t j, std::int64_t cols, const gemm_epilogue<T>& ep) {
+    using B = simd::batch<T>;
+    constexpr int W = simd::width<T>;
+    const std::int64_t K = a.cols, kv = K / W * W;
+    const T* row = &a(i, 0);
+    const T* col[W];
+    for (int q = 0; q < W; ++q) col[q] = &b(0, j + std::min<std::int64_t>(q, cols - 1));  // past N: a repeat, not stored
+    B acc[W];
+    for (int q = 0; q < W; ++q) acc[q] = B(T(0));
+    for (std::int64_t k = 0; k < kv; k += W) {
+        const B av = simd::load(row + k);
+        for (int q = 0; q < W; ++q) acc[q] = simd::fma(av, simd::load(col[q] + k), acc[q]);
+    }
+    alignas(64) T tail[W] = {};
+    for (std::int64_t k = kv; k < K; ++k)
+        for (int q = 0; q < W; ++q) tail[q] += row[k] * col[q][k];
+    B sums[1][1] = {{simd::lane_sums(acc) + simd::load(tail)}};
+    store_tile<1, 1>(sums, c, i, j, 1, cols, ep, true, true);
+}
+
+/// The small path for A's rows and B's columns contiguous (x·Wᵀ, a linear layer at a few rows): each
+/// element of C is a dot product read in place. Packing B would copy all of W to use it once per row.
+template <class T>
+void gemm_direct_cols(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                      const gemm_epilogue<T>& ep) {
+    constexpr int W = simd::width<T>;
+    for (std::int64_t i = 0; i < c.rows; ++i)
+        for (std::int64_t j = 0; j < c.cols; j += W) dot_columns(a, b, c, i, j, std::min<std::int64_t>(W, c.cols - j), ep);
+}
 #endif
 
 /// Any element type, one element at a time, accumulating in compute_t<T> (double stays double).
@@ -511,8 +546,10 @@ void gemm_checked(const matrix_ref<const T>& a, const matrix_ref<const T>& b, co
     if constexpr (simd::has_batch<T>) {
         using S = gemm_shape<T>;
         // A few rows: packing would copy more than the product reads.
-        if ((M <= 4 || work < (std::int64_t{1} << 14)) && K > 0 && b.col_stride == 1)
-            return gemm_direct_rows(a, b, c, ep);
+        if ((M <= 4 || work < (std::int64_t{1} << 14)) && K > 0) {
+            if (b.col_stride == 1) return gemm_direct_rows(a, b, c, ep);
+            if (b.row_stride == 1 && a.col_stride == 1) return gemm_direct_cols(a, b, c, ep);
+        }
         const int threads = ctx.concurrency();
         const bool split_rows = M >= N;
         const std::int64_t extent = split_rows ? M : N, unit = split_rows ? S::MR : S::NR;

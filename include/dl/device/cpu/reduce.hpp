@@ -84,6 +84,31 @@ template <class Acc, class E>
         return out;
     }
 
+    Context& context = out.context();
+    if constexpr (is_tensor_v<E>) {
+        // The leading dimensions of a contiguous tensor (a bias gradient, a column sum): rows folded one
+        // after another into a block of column states, which vectorises; the generic fold below would
+        // take one element at a time and seek before each. Each output still sees its values in
+        // position order, so the result is the generic one, bit for bit.
+        bool leading = e.is_contiguous() && red.count < rank;
+        for (int d = 0; d < red.count; ++d) leading = leading && red.mask[d];
+        if (leading) {
+            constexpr std::int64_t columns = 256;  // states per block, on the stack
+            const auto* in = e.data();
+            context.parallel_for((outputs + columns - 1) / columns, [&](std::int64_t block) {
+                const std::int64_t j0 = block * columns, n = std::min(columns, outputs - j0);
+                State states[columns];
+                for (std::int64_t j = 0; j < n; ++j) states[j] = acc.init();
+                for (std::int64_t row = 0; row < length; ++row) {
+                    const auto* values = in + row * outputs + j0;
+                    for (std::int64_t j = 0; j < n; ++j) acc.add(states[j], static_cast<compute_t<value_t<E>>>(values[j]), row);
+                }
+                for (std::int64_t j = 0; j < n; ++j) out.data()[j0 + j] = acc.finish(states[j], length);
+            });
+            return out;
+        }
+    }
+
     // Iteration shape: kept dims, then reduced dims, then a unit inner row if there is no reduced dim.
     auto ev = make_eval(e, in_shape);
     ev.for_each_strides([&](Strides& s) {
@@ -121,7 +146,6 @@ template <class Acc, class E>
     };
 
     constexpr std::int64_t block = std::int64_t{1} << 15;
-    Context& context = out.context();
     if (outputs == 1 && length > block) {
         // One output: fixed blocks of its slice in parallel, partial states merged in block order.
         constexpr std::int64_t max_blocks = 256;
