@@ -1,6 +1,8 @@
 // Layers, both ways of building a model, losses and optimizers.
 #include "support.hpp"
 
+#include <dl/prof/profiler.hpp>
+
 namespace {
 
 using dl::Tensor;
@@ -75,6 +77,46 @@ TEST_CASE("sequential and struct models: parameters by name, gradcheck through t
     net.for_each_parameter([&](std::string_view n, auto&) { names.emplace_back(n); });
     CHECK(names == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
     CHECK_GRAD([&](const auto& in) { return net(in); }, x);
+}
+
+TEST_CASE("sequential runs an activation after linear or conv2d in the product's epilogue: same values and gradients") {
+    dl::Context c({.seed = 5, .threads = 1});
+    dl::nn::sequential model{dl::nn::linear<double>(6, 5, true, c), dl::nn::relu{}, dl::nn::linear<double>(5, 4, true, c),
+                             dl::nn::tanh{}, dl::nn::linear<double>(4, 3, true, c), dl::nn::sigmoid{}};
+    const auto x = dl::normal<double>({7, 6}, 0, 1, c);
+    auto layer_by_layer = [&](const Tensor<double>& in) {
+        return dl::nn::sigmoid{}(model.get<4>()(dl::nn::tanh{}(model.get<2>()(dl::nn::relu{}(model.get<0>()(in))))));
+    };
+    std::vector<Tensor<double>> fused_grads, plain_grads;
+    dl::sum(model(x) * x.slice(1, 0, 3)).backward();
+    model.for_each_parameter([&](std::string_view, Tensor<double>& p) { fused_grads.push_back(p.grad().clone()); });
+    dl::nn::zero_grad(dl::nn::parameters<double>(model));
+    const auto y = layer_by_layer(x);
+    dl::sum(y * x.slice(1, 0, 3)).backward();
+    model.for_each_parameter([&](std::string_view, Tensor<double>& p) { plain_grads.push_back(p.grad().clone()); });
+    CHECK(dl_test::same_elements(model(x), y, 1e-12));
+    REQUIRE(fused_grads.size() == 6);
+    for (std::size_t i = 0; i < fused_grads.size(); ++i) CHECK(dl_test::same_elements(fused_grads[i], plain_grads[i], 1e-12));
+    CHECK_GRAD([&](const auto& in) { return model(in); }, x);
+
+    // The forward is three products and nothing else; a conv2d whose options name an activation keeps
+    // it, and the relu after it runs on its own.
+    dl::prof::profiler p;
+    {
+        const dl::no_grad off(c);
+        c.set_profiler(&p);
+        (void)model(x);
+        c.set_profiler(nullptr);
+    }
+    for (const auto& row : p.summary()) CHECK_MESSAGE(row.name == "matmul", row.name);
+    dl::nn::sequential convs{dl::nn::conv2d<double>(2, 3, 3, {.padding = 1, .act = dl::activation::tanh}, true, c),
+                             dl::nn::relu{}, dl::nn::conv2d<double>(3, 2, 3, {}, true, c), dl::nn::relu{}};
+    const auto image = dl::normal<double>({2, 2, 5, 5}, 0, 1, c);
+    const Tensor<double> tanh_then_relu =
+        dl::relu(dl::tanh(dl::conv2d(image, convs.get<0>().weight, convs.get<0>().bias, {.padding = 1})));
+    const Tensor<double> expected = dl::relu(convs.get<2>()(tanh_then_relu));
+    CHECK(dl_test::same_elements(convs(image), expected, 1e-12));
+    CHECK_GRAD([&](const auto& in) { return convs(in); }, image);
 }
 
 TEST_CASE("a custom layer written as an expression gets its backward for free") {

@@ -35,11 +35,17 @@ public:
         }
     }
 
-    Tensor<T> operator()(const Tensor<T>& x) {
+    Tensor<T> operator()(const Tensor<T>& x) { return (*this)(x, options_.act); }
+    /// The convolution with `act` in its epilogue in place of the options' activation
+    /// (sequential<conv2d, relu> runs this when the options name none).
+    Tensor<T> operator()(const Tensor<T>& x, activation act) {
         const std::int64_t in = weight.shape()[1] * options_.groups;
         check_input(x, "conv2d", 4, 1, in, "[N, " + std::to_string(in) + ", H, W]");
-        return dl::conv2d(x, weight, bias, options_);
+        conv2d_options o = options_;
+        o.act = act;
+        return dl::conv2d(x, weight, bias, o);
     }
+    [[nodiscard]] activation epilogue() const noexcept { return options_.act; }
     template <class F>
     void for_each_parameter(F&& f) {
         f(std::string_view("weight"), weight);

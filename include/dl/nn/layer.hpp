@@ -33,6 +33,20 @@ concept layer = requires(L& l, detail::parameter_visitor f, bool on) {
     l.train(on);
 };
 
+/// The activation a product's epilogue can apply in place of layer L (relu, tanh, sigmoid, gelu
+/// specialise it, in layers.hpp); none for every other layer.
+template <class L>
+inline constexpr activation epilogue_of = activation::none;
+
+/// A product layer (linear, conv2d) that can run the activation after it in its epilogue:
+/// l(x, act) is act(l(x)) in one pass over the output, and l.epilogue() is the activation it applies
+/// already (none, or the one its options name), which leaves no room for another.
+template <class L, class X>
+concept takes_epilogue = requires(L& l, const X& x) {
+    { l.epilogue() } -> std::same_as<activation>;
+    l(x, activation::relu);
+};
+
 namespace detail {
 /// f, with every name it receives prefixed by "<prefix>.".
 template <class F>

@@ -23,15 +23,18 @@ public:
         if (in > 0) create();
     }
 
-    Tensor<T> operator()(const Tensor<T>& x) {
+    Tensor<T> operator()(const Tensor<T>& x) { return (*this)(x, activation::none); }
+    /// act(x·Wᵀ + b), the activation in the product's epilogue (sequential<linear, relu> runs this).
+    Tensor<T> operator()(const Tensor<T>& x, activation act) {
         if (!weight.defined()) {
             if (x.rank() == 2) in_ = x.shape()[1];
             if (in_ <= 0) check_input(x, "linear", 2, 1, -1, "[N, features]");
             create();
         }
         check_input(x, "linear", 2, 1, in_, shape_text());
-        return dl::linear(x, weight, bias);
+        return dl::linear(x, weight, bias, act);
     }
+    [[nodiscard]] static constexpr activation epilogue() noexcept { return activation::none; }
 
     template <class F>
     void for_each_parameter(F&& f) {
@@ -78,6 +81,14 @@ DL_ACTIVATION_LAYER(gelu)
 DL_ACTIVATION_LAYER(silu)
 DL_ACTIVATION_LAYER(softplus)
 #undef DL_ACTIVATION_LAYER
+template <>
+inline constexpr activation epilogue_of<relu> = activation::relu;
+template <>
+inline constexpr activation epilogue_of<tanh> = activation::tanh;
+template <>
+inline constexpr activation epilogue_of<sigmoid> = activation::sigmoid;
+template <>
+inline constexpr activation epilogue_of<gelu> = activation::gelu;
 
 struct leaky_relu : stateless {
     double slope = 0.01;

@@ -49,10 +49,24 @@ public:
 private:
     template <std::size_t I, class X>
     auto run(X&& x) {
-        if constexpr (I + 1 == sizeof...(Layers))
-            return std::get<I>(layers_)(std::forward<X>(x));
-        else
-            return run<I + 1>(std::get<I>(layers_)(std::forward<X>(x)));
+        constexpr std::size_t n = sizeof...(Layers);
+        auto& layer = std::get<I>(layers_);
+        if constexpr (I + 1 == n) {
+            return layer(std::forward<X>(x));
+        } else {
+            // A product followed by an activation its epilogue can apply (linear, relu): one pass over
+            // the output instead of two, forward and backward.
+            using next = std::tuple_element_t<I + 1, std::tuple<Layers...>>;
+            if constexpr (epilogue_of<next> != activation::none && takes_epilogue<decltype(layer), X>) {
+                if (layer.epilogue() == activation::none) {
+                    if constexpr (I + 2 == n)
+                        return layer(x, epilogue_of<next>);
+                    else
+                        return run<I + 2>(layer(x, epilogue_of<next>));
+                }
+            }
+            return run<I + 1>(layer(std::forward<X>(x)));
+        }
     }
 
     std::tuple<Layers...> layers_;
