@@ -180,12 +180,15 @@ TEST_CASE("gemm: NaN and Inf in the inputs propagate") {
 
 TEST_CASE("gemm gives the same bits on 1 and 2 threads, split along M or along N") {
     Context one({.threads = 1}), two({.threads = 2});
-    for (auto [M, N] : {std::pair<std::int64_t, std::int64_t>{300, 200}, {100, 700}}) {
+    // 8 × 2000: the dot-product path (B = Wᵀ at a few rows), its columns split over the threads.
+    for (auto [M, N] : {std::pair<std::int64_t, std::int64_t>{300, 200}, {100, 700}, {8, 2000}}) {
         strided_matrix<float> a(M, 257, 0, 1), b(257, N, 1, 2), c1(M, N, 0, 3), c2(M, N, 0, 3);
         const gemm_epilogue<float> ep{.beta = 1, .act = dl::activation::tanh};
         dl::detail::gemm(a.in(), b.in(), c1.m, ep, one);
         dl::detail::gemm(a.in(), b.in(), c2.m, ep, two);
         CHECK(c1.storage == c2.storage);
+        strided_matrix<float> c0(M, N, 0, 3);
+        check_product<float>(a.in(), b.in(), c0.in(), c2.m, ep);
     }
 }
 
