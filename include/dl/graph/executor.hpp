@@ -155,22 +155,36 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
         std::vector<tile_operand> operands;
         // Memory is touched in bursts (a step reads an input's tile, then the next steps only compute),
         // so the next tile of every input is prefetched while this one computes, a slice before each
-        // step: the loads overlap the math, as they do in a compile-time fused loop.
-        std::vector<std::pair<const std::byte*, std::size_t>> lines;  // of the next tile
+        // step: the loads overlap the math, as they do in a compile-time fused loop. The output's next
+        // tile is fetched for writing the same way, so that the last step's stores do not wait for it.
+        struct next_tile {
+            const std::byte* data;
+            std::size_t bytes, per_step;  // per_step: whole lines, fixed per run (no division per tile)
+            bool write;
+        };
+        std::vector<next_tile> lines;
+        auto per_step = [&](std::size_t element) {
+            return (static_cast<std::size_t>(fused_tile) * element / steps + 63) & ~std::size_t{63};
+        };
         for (std::int64_t t = w * tiles / workers; t < (w + 1) * tiles / workers; ++t) {
             const std::int64_t begin = t * fused_tile, count = std::min(fused_tile, numel - begin);
             lines.clear();
             if (t + 1 < (w + 1) * tiles / workers) {
-                const std::int64_t next = begin + fused_tile, next_count = std::min(fused_tile, numel - next);
+                const auto next = static_cast<std::size_t>(begin + fused_tile);
+                const auto next_count = static_cast<std::size_t>(std::min(fused_tile, numel - begin - fused_tile));
                 for (const source& src : sources)
                     if (src.tiled)
-                        lines.emplace_back(src.data + static_cast<std::size_t>(next) * src.element,
-                                           static_cast<std::size_t>(next_count) * src.element);
+                        lines.push_back({src.data + next * src.element, next_count * src.element, per_step(src.element), false});
+                lines.push_back({out_data + next * out_element, next_count * out_element, per_step(out_element), true});
             }
             for (std::size_t s = 0; s < steps; ++s) {
-                for (const auto& [data, bytes] : lines)
-                    for (std::size_t b = bytes * s / steps & ~std::size_t{63}; b < bytes * (s + 1) / steps; b += 64)
-                        __builtin_prefetch(data + b, 0);
+                for (const next_tile& line : lines)
+                    for (std::size_t b = s * line.per_step, end = std::min(line.bytes, b + line.per_step); b < end; b += 64) {
+                        if (line.write)
+                            __builtin_prefetch(line.data + b, 1);
+                        else
+                            __builtin_prefetch(line.data + b, 0);
+                    }
                 const fused_step& step = n.steps[s];
                 operands.clear();
                 for (int i : step.inputs) {
