@@ -373,8 +373,9 @@ bool same_bits(const Tensor<float>& a, const Tensor<float>& b) {
 
 TEST_CASE("float pooling (vectorised) equals the definition bit for bit, forward and backward") {
     // Small integers make ties; NaN and Inf sit in some windows. Planes of 28x28 fill whole vectors,
-    // 13x11 leaves tails and windows clipped by padding inside vectors.
-    for (const dl::Shape& shape : {dl::Shape{2, 3, 28, 28}, dl::Shape{3, 2, 13, 11}, dl::Shape{1, 1, 1, 1}}) {
+    // 13x11 leaves tails and windows clipped by padding inside vectors; 6x40 gives 2x2 pooling rows of
+    // 20 outputs (a whole vector and a masked one).
+    for (const dl::Shape& shape : {dl::Shape{2, 3, 28, 28}, dl::Shape{3, 2, 13, 11}, dl::Shape{1, 2, 6, 40}, dl::Shape{1, 1, 1, 1}}) {
         Tensor<float> x = dl::round(dl::normal<float>(shape, 0, 2, ctx()));
         const std::int64_t numel = x.numel();
         if (numel > 40) {
@@ -405,6 +406,7 @@ TEST_CASE("float pooling (vectorised) equals the definition bit for bit, forward
                 av.backward(g);
                 const pool_reference r = pool_by_definition(x, g, o);
                 CHECK(same_bits(mx, r.max));
+                CHECK(same_bits(dl::max_pool2d(x, o), r.max));  // no gradient: no winners kept
                 CHECK(same_bits(av, r.avg));
                 CHECK(same_bits(xm.grad(), r.max_grad));
                 CHECK(same_bits(xa.grad(), r.avg_grad));
