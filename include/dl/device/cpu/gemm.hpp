@@ -460,10 +460,10 @@ void dot_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const 
 inline constexpr std::int64_t dot_product_rows = 8, dot_product_work = std::int64_t{1} << 16;
 
 /// The path for A's rows and B's columns contiguous (x·Wᵀ, a linear layer at a few rows, see
-/// dot_product_rows): each element of C is a dot product read in place. Packing B would copy all of W to use it a
-/// few times. Tiles of W/4 rows by 4 columns; single rows (M = 1, the last rows) by W columns. Large
-/// products split their columns over the threads (each element is computed alone: any split gives the
-/// same bits).
+/// dot_product_rows): each element of C is a dot product read in place. Packing B would copy all of W
+/// to use it a few times. Tiles of W/4 rows by 4 columns; single rows (M = 1, the last rows) by W
+/// columns. Large products split their columns over the threads (each element is computed alone: any
+/// split gives the same bits).
 template <class T>
 void gemm_direct_cols(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
                       const gemm_epilogue<T>& ep, Context& ctx) {
