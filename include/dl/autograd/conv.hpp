@@ -672,7 +672,8 @@ inline bool max_pool_2x2(const float* plane, const window_geometry& g, float* ou
             const auto first = static_cast<__mmask16>(values >= 16 ? 0xFFFFu : (1u << values) - 1);
             const auto second = static_cast<__mmask16>(values > 16 ? (1u << (values - 16)) - 1 : 0u);
             auto columns = [&](const float* row, B& left, B& right) {
-                const __m512 a = _mm512_maskz_loadu_ps(first, row + 2 * ox), b = _mm512_maskz_loadu_ps(second, row + 2 * ox + 16);
+                const __m512 a = _mm512_maskz_loadu_ps(first, row + 2 * ox);
+                const __m512 b = _mm512_maskz_loadu_ps(second, row + 2 * ox + 16);
                 left = _mm512_permutex2var_ps(a, even, b);
                 right = _mm512_permutex2var_ps(a, odd, b);
             };

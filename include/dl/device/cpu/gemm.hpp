@@ -476,7 +476,8 @@ void gemm_direct_cols(const matrix_ref<const T>& a, const matrix_ref<const T>& b
                 for (std::int64_t j = j_begin; j < j_end; j += C)
                     dot_tile<R>(a, b, c, i, j, R, std::min<std::int64_t>(C, j_end - j), ep);
         for (; i < M; ++i)
-            for (std::int64_t j = j_begin; j < j_end; j += W) dot_tile<1>(a, b, c, i, j, 1, std::min<std::int64_t>(W, j_end - j), ep);
+            for (std::int64_t j = j_begin; j < j_end; j += W)
+                dot_tile<1>(a, b, c, i, j, 1, std::min<std::int64_t>(W, j_end - j), ep);
     };
     const std::int64_t work = M * N * a.cols, unit = W;  // whole vectors of columns per part
     const std::int64_t parts = ctx.concurrency() > 1 && work >= (std::int64_t{1} << 20)
