@@ -6,16 +6,24 @@ source scripts/lib/install-deps.sh
 # libboost-dev: Asio, for the parameter server (dl::ps).
 # libopenmpi-dev, openmpi-bin: the MPI communicator (dl::mpi) and mpiexec for its test.
 # libopenblas-dev: the DL_USE_BLAS backend's tests (test_device_blas) and the benchmarks' baseline.
-DL_BASE_PACKAGES=(cmake g++ make libxsimd-dev doctest-dev libbenchmark-dev nlohmann-json3-dev
+# ninja-build: schedules the whole build at once (make builds the targets named on one command line
+# one after another, each alone on its few files).
+DL_BASE_PACKAGES=(cmake g++ make ninja-build libxsimd-dev doctest-dev libbenchmark-dev nlohmann-json3-dev
   ccache libeigen3-dev zlib1g-dev dataset-fashion-mnist libopenblas-dev libboost-dev libopenmpi-dev openmpi-bin)
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 
 section() { printf '\n==== %s ====\n' "$*"; }
 
+# The -G option for a new build tree: Ninja. A tree configured before keeps its generator (CMake
+# refuses to switch one).
+dl_generator() {
+  [[ -f $1/CMakeCache.txt ]] || echo "-G Ninja"
+}
+
 # Every script configures the Release tree with the same options, so sharing BUILD_DIR
 # between them never triggers a reconfigure of everything.
 dl_configure_release() {
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+  cmake -S . -B "$BUILD_DIR" $(dl_generator "$BUILD_DIR") -DCMAKE_BUILD_TYPE=Release \
     -DDL_BUILD_TESTS=ON -DDL_BUILD_BENCH=ON -DDL_BUILD_EXAMPLES=ON
 }
