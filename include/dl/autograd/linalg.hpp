@@ -123,9 +123,13 @@ template <class T>
     const bool records = is_floating_element<T> && autograd::any_records(x, weight, bias);
     if (records && act == activation::gelu) return gelu(linear(x, weight, bias));
     Tensor<T> out({x.shape()[0], weight.shape()[0]}, x.context());
-    const Tensor<T> b = bias.defined() ? bias.detach().contiguous() : Tensor<T>();  // the epilogue reads a pointer
-    autograd::detail::gemm_into(out, x.detach(), weight.detach().t(),
-                                dl::detail::gemm_epilogue<T>{.bias = b.defined() ? b.data() : nullptr, .act = act});
+    // Matrices straight from the tensors rather than detached and transposed views: at batch 1 each
+    // Tensor made here costs about as much as a small layer's arithmetic.
+    Tensor<T> b;  // the epilogue reads a pointer: a strided bias is copied
+    if (bias.defined() && !bias.is_contiguous()) b = bias.contiguous();
+    const T* bias_data = b.defined() ? b.data() : bias.defined() ? bias.data() : nullptr;
+    dl::detail::gemm(dl::detail::as_matrix(x), dl::detail::as_transposed_matrix(weight), dl::detail::as_mutable_matrix(out),
+                     dl::detail::gemm_epilogue<T>{.bias = bias_data, .act = act}, out.context());
     if constexpr (is_floating_element<T>) {
         if (records)
             autograd::record(

@@ -40,7 +40,7 @@ public:
     /// (sequential<conv2d, relu> runs this when the options name none).
     Tensor<T> operator()(const Tensor<T>& x, activation act) {
         const std::int64_t in = weight.shape()[1] * options_.groups;
-        check_input(x, "conv2d", 4, 1, in, "[N, " + std::to_string(in) + ", H, W]");
+        check_input(x, "conv2d", 4, 1, in, [in] { return "[N, " + std::to_string(in) + ", H, W]"; });
         conv2d_options o = options_;
         o.act = act;
         return dl::conv2d(x, weight, bias, o);

@@ -100,11 +100,13 @@ struct stateless {
 };
 
 /// Checks an input's shape for a layer: rank, and the extent of one dimension when expected >= 0.
-template <class T>
+/// `expected_text()` describes the expected shape; it is only called for the error message, so a layer
+/// called at batch 1 in a loop does not format a string every time.
+template <class T, std::invocable Describe>
 void check_input(const Tensor<T>& x, std::string_view layer_name, int rank, int dim, std::int64_t expected,
-                 std::string_view expected_text) {
+                 Describe&& expected_text) {
     if (x.rank() != rank || (expected >= 0 && x.shape()[dim] != expected))
-        dl::detail::fail("dl::nn::", layer_name, ": expected input ", expected_text, ", got shape ", x.shape());
+        dl::detail::fail("dl::nn::", layer_name, ": expected input ", expected_text(), ", got shape ", x.shape());
 }
 
 }  // namespace dl::nn

@@ -28,10 +28,10 @@ public:
     Tensor<T> operator()(const Tensor<T>& x, activation act) {
         if (!weight.defined()) {
             if (x.rank() == 2) in_ = x.shape()[1];
-            if (in_ <= 0) check_input(x, "linear", 2, 1, -1, "[N, features]");
+            if (in_ <= 0) check_input(x, "linear", 2, 1, -1, [] { return "[N, features]"; });
             create();
         }
-        check_input(x, "linear", 2, 1, in_, shape_text());
+        check_input(x, "linear", 2, 1, in_, [this] { return "[N, " + std::to_string(in_) + "]"; });
         return dl::linear(x, weight, bias, act);
     }
     [[nodiscard]] static constexpr activation epilogue() noexcept { return activation::none; }
@@ -59,8 +59,6 @@ private:
             bias.requires_grad_();
         }
     }
-    [[nodiscard]] std::string shape_text() const { return "[N, " + std::to_string(in_) + "]"; }
-
     std::int64_t in_, out_;
     bool has_bias_;
     Context* ctx_;
