@@ -116,7 +116,8 @@ TEST_CASE_TEMPLATE("gemm alpha, beta and epilogues, on full tiles and edges", T,
     Context ctx({.threads = 1});
     std::vector<T> bias(200);
     for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = T(0.01 * double(i) - 0.7);
-    const std::int64_t shapes[][3] = {{1, 16, 64}, {24, 64, 32}, {29, 45, 19}, {96, 96, 600}};
+    // {37, 45, 1}: an outer product (gemm_outer), vectors and a tail per row.
+    const std::int64_t shapes[][3] = {{1, 16, 64}, {24, 64, 32}, {29, 45, 19}, {37, 45, 1}, {96, 96, 600}};
     std::uint32_t seed = 100;
     for (const auto& s : shapes) {
         const std::int64_t M = s[0], N = s[1], K = s[2];

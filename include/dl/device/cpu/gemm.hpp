@@ -387,6 +387,36 @@ void direct_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, con
     store_tile<R, NV>(acc, c, i, j, R, cols, ep, true, true);
 }
 
+/// K = 1, an outer product (the weight gradient gᵀ·x of a batch-1 step): each row of C is a(i, 0) times
+/// B's row, through the epilogue, one vector at a time. The tile kernels would set up and spill MR × NR
+/// accumulators for one FMA each. Same bits as they give (a product added to zero, then finish()).
+template <class T>
+void gemm_outer(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
+                const gemm_epilogue<T>& ep) {
+    using B = simd::batch<T>;
+    constexpr int W = simd::width<T>;
+    const std::int64_t M = c.rows, N = c.cols;
+    const T* row_b = &b(0, 0);
+    const bool vectors = c.col_stride == 1 && (!ep.residual.data || ep.residual.col_stride == 1);
+    with_activation(ep.act, [&](auto act) {
+        for (std::int64_t i = 0; i < M; ++i) {
+            const T ai = a(i, 0);
+            std::int64_t j = 0;
+            if (vectors)
+                for (T* out = &c(i, 0); j + W <= N; j += W)
+                    simd::store(out + j, finish<act.value>(
+                                             simd::fma(B(ai), simd::load(row_b + j), B(T(0))), ep, true, true,
+                                             [&] { return simd::load(out + j); },
+                                             [&] { return ep.bias_per_row ? B(ep.bias[i]) : simd::load(ep.bias + j); },
+                                             [&] { return simd::load(&ep.residual(i, j)); }));
+            for (; j < N; ++j)
+                c(i, j) = finish<act.value>(
+                    T(0) + ai * row_b[j], ep, true, true, [&] { return c(i, j); },
+                    [&] { return ep.bias[ep.bias_per_row ? i : j]; }, [&] { return ep.residual(i, j); });
+        }
+    });
+}
+
 /// The small path for B with contiguous rows: the micro-kernel reads A and B in place.
 template <class T>
 void gemm_direct_rows(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
@@ -394,6 +424,7 @@ void gemm_direct_rows(const matrix_ref<const T>& a, const matrix_ref<const T>& b
     using S = gemm_shape<T>;
     constexpr int MR = S::MR, NV = S::NV, NR = S::NR, W = S::W;
     const std::int64_t M = c.rows, N = c.cols, K = a.cols;
+    if (K == 1) return gemm_outer(a, b, c, ep);
     auto rows = [&]<int V>(std::int64_t j, std::int64_t cols) {
         std::int64_t i = 0;
         for (; i + MR <= M; i += MR) direct_tile<MR, V>(a, b, c, i, j, cols, ep);
