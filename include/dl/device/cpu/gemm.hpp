@@ -392,7 +392,9 @@ void direct_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, con
 /// accumulators for one FMA each. Same bits as they give (a product added to zero, then finish()).
 template <class T>
 void gemm_outer(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
-                const gemm_epilogue<T>& ep) {
+                const gemm_epilogue<T>& epilogue) {
+    // A local copy: the stores into C cannot change it, so alpha and beta are not reloaded per vector.
+    const gemm_epilogue<T> ep = epilogue;
     using B = simd::batch<T>;
     constexpr int W = simd::width<T>;
     const std::int64_t M = c.rows, N = c.cols;
