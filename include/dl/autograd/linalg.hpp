@@ -128,8 +128,9 @@ template <class T>
     Tensor<T> b;  // the epilogue reads a pointer: a strided bias is copied
     if (bias.defined() && !bias.is_contiguous()) b = bias.contiguous();
     const T* bias_data = b.defined() ? b.data() : bias.defined() ? bias.data() : nullptr;
-    dl::detail::gemm(dl::detail::as_matrix(x), dl::detail::as_transposed_matrix(weight), dl::detail::as_mutable_matrix(out),
-                     dl::detail::gemm_epilogue<T>{.bias = bias_data, .act = act}, out.context());
+    dl::detail::gemm(dl::detail::as_matrix(x), dl::detail::as_transposed_matrix(weight),
+                     dl::detail::as_mutable_matrix(out), dl::detail::gemm_epilogue<T>{.bias = bias_data, .act = act},
+                     out.context());
     if constexpr (is_floating_element<T>) {
         if (records)
             autograd::record(
