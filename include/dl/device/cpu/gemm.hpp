@@ -106,6 +106,12 @@ DL_INLINE V finish(V acc, const gemm_epilogue<T>& ep, bool first, bool last, aut
     return acc;
 }
 
+/// C's rows, and the residual's, are contiguous: the epilogue can load and store whole vectors of them.
+template <class T>
+[[nodiscard]] bool vector_rows(const matrix_ref<T>& c, const gemm_epilogue<T>& ep) noexcept {
+    return c.col_stride == 1 && (!ep.residual.data || ep.residual.col_stride == 1);
+}
+
 template <class T>
 void finish_scalar(const T* tile, std::int64_t tile_stride, const matrix_ref<T>& c, std::int64_t i0,
                    std::int64_t j0, std::int64_t rows, std::int64_t cols, const gemm_epilogue<T>& ep, bool first,
@@ -188,8 +194,7 @@ DL_INLINE void store_tile(simd::batch<T> (&acc)[MR][NV], const matrix_ref<T>& c,
                           std::int64_t rows, std::int64_t cols, const gemm_epilogue<T>& ep, bool first, bool last) {
     using B = simd::batch<T>;
     constexpr int W = simd::width<T>, NR = NV * W;
-    const bool residual_rows = !ep.residual.data || ep.residual.col_stride == 1;
-    if (rows == MR && cols == NR && c.col_stride == 1 && residual_rows) {
+    if (rows == MR && cols == NR && vector_rows(c, ep)) {
         with_activation(last ? ep.act : activation::none, [&](auto act) DL_INLINE_LAMBDA {
             for (int r = 0; r < MR; ++r) {
                 T* out = &c(i0 + r, j0);
@@ -399,7 +404,7 @@ void gemm_outer(const matrix_ref<const T>& a, const matrix_ref<const T>& b, cons
     constexpr int W = simd::width<T>;
     const std::int64_t M = c.rows, N = c.cols;
     const T* row_b = &b(0, 0);
-    const bool vectors = c.col_stride == 1 && (!ep.residual.data || ep.residual.col_stride == 1);
+    const bool vectors = vector_rows(c, ep);
     with_activation(ep.act, [&](auto act) {
         for (std::int64_t i = 0; i < M; ++i) {
             const T ai = a(i, 0);
@@ -497,7 +502,7 @@ void dot_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const 
 template <class T>
 void finish_activation(const matrix_ref<T>& c, std::int64_t j_begin, std::int64_t j_end, const gemm_epilogue<T>& ep) {
     constexpr int W = simd::width<T>;
-    const bool vectors = c.col_stride == 1 && (!ep.residual.data || ep.residual.col_stride == 1);
+    const bool vectors = vector_rows(c, ep);
     with_activation(ep.act, [&](auto act) {
         for (std::int64_t i = 0; i < c.rows; ++i) {
             std::int64_t j = j_begin;
