@@ -1,7 +1,7 @@
 // The bf16 GEMM (device/cpu/gemm_half.hpp): bfloat16 A and B, float C, against a double-precision
 // reference of the same bf16 values with a tolerance scaled by K, on the vdpbf16ps kernel where the
 // target has AVX-512 BF16 and on the widened-float path always: shapes of 1, primes and odd K (the last
-// k pair half padding), transposed and strided operands, accumulate, several threads.
+// k pair half padding), N past one packed B block, transposed and strided operands, accumulate, several threads.
 #include "support.hpp"
 
 #include <cmath>
@@ -60,6 +60,9 @@ void check_all() {
             }
     check_bf16<Native>(200, 70, 300, false, true, false, 2, 100);
     check_bf16<Native>(64, 256, 784, false, true, true, 2, 101);
+    // N past one packed B block (bf16_shape::NC = 512), its last panel partial, odd K.
+    check_bf16<Native>(13, 555, 41, false, false, true, 1, 102);
+    check_bf16<Native>(13, 555, 41, true, true, false, 2, 103);
 }
 
 /// Small integers: every product and partial sum is exact in float, so C must equal the integer

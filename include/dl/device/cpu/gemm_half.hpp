@@ -31,6 +31,8 @@ inline constexpr bool has_avx512_bf16 = DL_HAVE_AVX512_BF16;
 struct bf16_shape {
     static constexpr int MR = 12, NR = 32;   // 24 accumulators + 2 B vectors + 1 broadcast of 32 registers
     static constexpr std::int64_t KC = 512;  // k per packed block, even
+    static constexpr std::int64_t NC = 512;  // columns per packed B block: KC · NC bf16 (512 KiB) stays in L2
+    static_assert(NC % NR == 0);
 };
 
 /// acc = Σ over k pairs of the packed panels' products (vdpbf16ps), an MR × NR float tile.
@@ -78,6 +80,21 @@ inline void pack_b_bf16_rows(const matrix_ref<const bfloat16>& b, std::int64_t p
     }
 }
 
+/// pack_k_groups<MR, 2> of A(i .. i+rows, pc .. pc+kc) for A with contiguous rows: a k pair of one row
+/// is one 32-bit word, so the panel is a transpose of words (the element-wise pack took 15% of a
+/// 512³ product). Rows past `rows` and the element past an odd kc read as zero.
+inline void pack_a_bf16_rows(const matrix_ref<const bfloat16>& a, std::int64_t i, std::int64_t rows, std::int64_t pc,
+                             std::int64_t kc, bfloat16* p) {
+    constexpr int MR = bf16_shape::MR;
+    const std::int64_t pairs = kc / 2, k2 = (kc + 1) / 2;
+    if (rows < MR || kc % 2 != 0) std::fill(p, p + k2 * MR * 2, bfloat16{});
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const bfloat16* row = &a(i + r, pc);
+        for (std::int64_t k = 0; k < pairs; ++k) std::memcpy(p + (k * MR + r) * 2, row + 2 * k, 4);
+        if (kc % 2 != 0) p[(pairs * MR + r) * 2] = row[kc - 1];
+    }
+}
+
 /// The packed bf16 product on rows [i_begin, i_end) of C, serial. Each thread packs all of B (no
 /// synchronisation between threads; the copy is O(K·N) against O(M·K·N) work).
 inline void gemm_bf16_rows(const matrix_ref<const bfloat16>& a, const matrix_ref<const bfloat16>& b,
@@ -86,37 +103,43 @@ inline void gemm_bf16_rows(const matrix_ref<const bfloat16>& a, const matrix_ref
     const std::int64_t K = a.cols, N = c.cols;
     const std::int64_t k2_max = (std::min<std::int64_t>(bf16_shape::KC, std::max<std::int64_t>(K, 2)) + 1) / 2;
     bfloat16* pa = gemm_scratch<bfloat16>(0, k2_max * MR * 2);
-    bfloat16* pb = gemm_scratch<bfloat16>(1, k2_max * NR * 2 * ((N + NR - 1) / NR));
+    bfloat16* pb = gemm_scratch<bfloat16>(1, k2_max * NR * 2 * ((std::min(N, bf16_shape::NC) + NR - 1) / NR));
     float acc[MR][NR];
     for (std::int64_t pc = 0; pc == 0 || pc < K; pc += bf16_shape::KC) {
         const std::int64_t kc = std::min(bf16_shape::KC, K - pc), k2 = (kc + 1) / 2;
         const bool add = accumulate || pc > 0;
-        for (std::int64_t j = 0; j < N; j += NR) {
-            bfloat16* panel = pb + (j / NR) * k2 * NR * 2;
-            if (b.col_stride == 1)
-                pack_b_bf16_rows(b, pc, kc, j, std::min<std::int64_t>(NR, N - j), panel);
-            else
-                pack_k_groups<NR, 2>(std::min<std::int64_t>(NR, N - j), kc,
-                                     [&](std::int64_t n, std::int64_t k) { return b(pc + k, j + n); }, panel);
-        }
-        for (std::int64_t i = i_begin; i < i_end; i += MR) {
-            const std::int64_t rows = std::min<std::int64_t>(MR, i_end - i);
-            pack_k_groups<MR, 2>(rows, kc, [&](std::int64_t r, std::int64_t k) { return a(i + r, pc + k); }, pa);
-            for (std::int64_t j = 0; j < N; j += NR) {
-                bf16_tile(k2, pa, pb + (j / NR) * k2 * NR * 2, acc);
-                const std::int64_t cols = std::min<std::int64_t>(NR, N - j);
-                for (std::int64_t r = 0; r < rows; ++r) {
-                    if (cols == NR && c.col_stride == 1) {  // whole vectors
-                        float* out = &c(i + r, j);
-                        for (int v = 0; v < NR; v += 16) {
-                            const __m512 sum = _mm512_loadu_ps(acc[r] + v);
-                            _mm512_storeu_ps(out + v, add ? _mm512_add_ps(_mm512_loadu_ps(out + v), sum) : sum);
+        for (std::int64_t jc = 0; jc < N; jc += bf16_shape::NC) {
+            const std::int64_t jc_end = std::min(N, jc + bf16_shape::NC);
+            for (std::int64_t j = jc; j < jc_end; j += NR) {
+                bfloat16* panel = pb + ((j - jc) / NR) * k2 * NR * 2;
+                if (b.col_stride == 1)
+                    pack_b_bf16_rows(b, pc, kc, j, std::min<std::int64_t>(NR, jc_end - j), panel);
+                else
+                    pack_k_groups<NR, 2>(std::min<std::int64_t>(NR, jc_end - j), kc,
+                                         [&](std::int64_t n, std::int64_t k) { return b(pc + k, j + n); }, panel);
+            }
+            for (std::int64_t i = i_begin; i < i_end; i += MR) {
+                const std::int64_t rows = std::min<std::int64_t>(MR, i_end - i);
+                if (a.col_stride == 1)
+                    pack_a_bf16_rows(a, i, rows, pc, kc, pa);
+                else
+                    pack_k_groups<MR, 2>(rows, kc, [&](std::int64_t r, std::int64_t k) { return a(i + r, pc + k); }, pa);
+                for (std::int64_t j = jc; j < jc_end; j += NR) {
+                    bf16_tile(k2, pa, pb + ((j - jc) / NR) * k2 * NR * 2, acc);
+                    const std::int64_t cols = std::min<std::int64_t>(NR, jc_end - j);
+                    for (std::int64_t r = 0; r < rows; ++r) {
+                        if (cols == NR && c.col_stride == 1) {  // whole vectors
+                            float* out = &c(i + r, j);
+                            for (int v = 0; v < NR; v += 16) {
+                                const __m512 sum = _mm512_loadu_ps(acc[r] + v);
+                                _mm512_storeu_ps(out + v, add ? _mm512_add_ps(_mm512_loadu_ps(out + v), sum) : sum);
+                            }
+                            continue;
                         }
-                        continue;
-                    }
-                    for (std::int64_t n = 0; n < cols; ++n) {
-                        float& out = c(i + r, j + n);
-                        out = add ? out + acc[r][n] : acc[r][n];
+                        for (std::int64_t n = 0; n < cols; ++n) {
+                            float& out = c(i + r, j + n);
+                            out = add ? out + acc[r][n] : acc[r][n];
+                        }
                     }
                 }
             }
