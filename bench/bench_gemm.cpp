@@ -4,12 +4,19 @@
 // (2·N³ / time); poolings report `gbps`, the bytes of input and output (and of max_pool2d's winner
 // indices) over the time.
 //
+// `fma_peak/1` is one core's float multiply-add ceiling, measured in the same run: every GEMM ratio
+// (÷ OpenBLAS, ÷ Eigen) is bounded by what is left between the slower kernel and it.
+//
 // Registration order matters: dl's benchmarks run first and OpenBLAS's last, because OpenBLAS's
 // threads keep spinning for a while after each call and would steal the second core from whatever
 // runs next.
 #include <benchmark/benchmark.h>
 
 #include <dl/dl.hpp>
+
+#include <array>
+
+#include <xsimd/xsimd.hpp>
 
 #ifdef DL_BENCH_HAVE_OPENBLAS
 #include <cblas.h>
@@ -28,6 +35,25 @@ const std::vector<std::int64_t> sizes = {64, 256, 512, 1024, 2048};
 void set_gflops(benchmark::State& state, double flops_per_iteration) {
     state.counters["gflops"] = benchmark::Counter(flops_per_iteration * double(state.iterations()) / 1e9,
                                                   benchmark::Counter::kIsRate);
+}
+
+// Twelve independent multiply-add chains on full vectors: enough in flight to cover the FMA latency
+// on every x86 core with two FMA pipes, so the loop runs at the FMA throughput and nothing else.
+void fma_peak(benchmark::State& state) {
+    using batch = xsimd::batch<float>;
+    constexpr int chains = 12;
+    constexpr std::int64_t steps = 1 << 20;
+    std::array<batch, chains> acc;
+    for (int i = 0; i < chains; ++i) acc[std::size_t(i)] = batch(float(i) * 1e-3f);
+    const batch a(0.9999f), b(1e-4f);
+    for (auto _ : state) {
+        for (std::int64_t step = 0; step < steps; ++step) {
+#pragma GCC unroll 12
+            for (int i = 0; i < chains; ++i) acc[std::size_t(i)] = xsimd::fma(acc[std::size_t(i)], a, b);
+        }
+        benchmark::DoNotOptimize(acc);
+    }
+    set_gflops(state, 2.0 * double(batch::size) * chains * double(steps));
 }
 
 void sgemm(benchmark::State& state) {
@@ -280,6 +306,7 @@ std::string pool_name(const char* direction, const pool_shape& s, bool torch) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    benchmark::RegisterBenchmark("fma_peak/1", fma_peak)->UseRealTime();
     register_square("sgemm", sgemm, {1, 2});
     register_square("bgemm", bgemm, {1, 2});
     register_square("igemm", igemm, {1, 2});
