@@ -40,6 +40,37 @@ TEST_CASE("backward with a given gradient, and retain_grad on a computed tensor"
     CHECK(dl_test::error_message([&] { y.backward(); }).find("one element") != std::string::npos);
 }
 
+TEST_CASE("backward never writes into the given gradient, whatever the root") {
+    const auto g = dl::tensor<double>({1.0, 0.5, -2.0});
+    const std::vector<double> given = dl_test::to_vector(g);
+    Tensor<double> x = dl::tensor<double>({1.0, -2.0, 3.0}).requires_grad_();
+    SUBCASE("an op's result: its gradient may share g for the pass") {
+        Tensor<double> y = x * 3.0;
+        y.backward(g, true);
+        y.backward(g);
+        CHECK(dl_test::to_vector(x.grad()) == std::vector<double>{6, 3, -12});
+    }
+    SUBCASE("a retained op result keeps a gradient of its own, which later passes add into") {
+        Tensor<double> y = x * 3.0;
+        y.retain_grad();
+        y.backward(g, true);
+        y.backward(g);
+        CHECK(dl_test::to_vector(y.grad()) == std::vector<double>{2, 1, -4});
+    }
+    SUBCASE("a leaf") {
+        x.backward(g);
+        x.backward(g);
+        CHECK(dl_test::to_vector(x.grad()) == std::vector<double>{2, 1, -4});
+    }
+    SUBCASE("a strided gradient") {
+        const auto wide = dl::tensor<double>({1.0, 9.0, 0.5, 9.0, -2.0, 9.0});
+        Tensor<double> y = x * 3.0;
+        y.backward(wide.slice(0, 0, 6, 2));
+        CHECK(dl_test::to_vector(x.grad()) == std::vector<double>{3, 1.5, -6});
+    }
+    CHECK(dl_test::to_vector(g) == given);
+}
+
 TEST_CASE("detach and no_grad cut the graph") {
     dl::Context c({.threads = 1});
     Tensor<float> x = dl::full<float>({2}, 3.0f, c).requires_grad_();

@@ -264,7 +264,12 @@ void backward(const Tensor<T>& root, const Tensor<T>* grad, bool retain_graph) {
     Context& ctx = root.context();
     no_grad off(ctx);
     auto* start = node_of(root);
-    if (grad)
+    // An op node's gradient is only read by its backward (nothing newer sends it more) and dropped
+    // after, so it can share the caller's tensor instead of copying it. A leaf's or a retained
+    // gradient outlives the pass and later ones add into it: those get their own storage.
+    if (grad && !start->is_leaf() && !start->retain && grad->is_contiguous())
+        start->grad = grad->detach();
+    else if (grad)
         accumulate(*start, *grad);
     else
         accumulate(*start, scalar_node<T>{{}, T(1)});
