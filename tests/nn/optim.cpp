@@ -78,7 +78,7 @@ TEST_CASE("gradient clipping by global norm") {
 
 namespace {
 /// 100 steps of a 16-64-64-4 tanh MLP with SGD, returning the final weights of the first layer.
-std::vector<float> train_small_mlp(int threads, long* allocations_after_first_step) {
+std::vector<float> train_small_mlp(int threads, long* allocations_after_first_step, bool set_to_none = false) {
     dl::Context c({.seed = 21, .threads = threads});
     dl::nn::sequential model{dl::nn::linear<float>(16, 64, true, c), dl::nn::tanh{}, dl::nn::linear<float>(64, 64, true, c),
                              dl::nn::tanh{}, dl::nn::linear<float>(64, 4, true, c)};
@@ -88,7 +88,7 @@ std::vector<float> train_small_mlp(int threads, long* allocations_after_first_st
     for (int step = 0; step < 101; ++step) {
         if (step == 1) before = heap_allocations.load();
         auto loss = dl::nn::mse_loss(model(x), y);
-        opt.zero_grad();
+        opt.zero_grad(set_to_none);
         loss.backward();
         opt.step();
     }
@@ -103,6 +103,30 @@ TEST_CASE("a small MLP's training step allocates nothing after the first, and re
     CHECK(allocations == 0);
     CHECK(train_small_mlp(1, nullptr) == first);
     CHECK(train_small_mlp(2, nullptr) == train_small_mlp(2, nullptr));
+    // Dropped gradients are written instead of added into zeros: the same weights, bit for bit, and
+    // their buffers come back from the caching allocator.
+    long dropping = -1;
+    CHECK(train_small_mlp(1, &dropping, true) == first);
+    CHECK(dropping == 0);
+}
+
+TEST_CASE("zero_grad with set_to_none drops gradients; steps skip parameters left without one") {
+    dl::Context c({.threads = 1});
+    Tensor<float> p = dl::full<float>({3}, 1.0f, c).requires_grad_(), q = dl::full<float>({2}, 1.0f, c).requires_grad_();
+    dl::sum(p * 2.0f + dl::sum(q)).backward();
+    dl::nn::sgd<float> opt({p, q}, {.lr = 0.5, .weight_decay = 0.1});
+    opt.zero_grad(true);
+    CHECK_FALSE(p.grad().defined());
+    CHECK_FALSE(q.grad().defined());
+    dl::sum(p * 3.0f).backward();
+    CHECK(dl_test::to_vector(p.grad()) == std::vector<float>{3, 3, 3});  // written, not added to the 2s
+    CHECK_FALSE(q.grad().defined());
+    opt.step();
+    for (const float v : dl_test::to_vector(p)) CHECK(v == doctest::Approx(1 - 0.5 * (3 + 0.1)));
+    CHECK(dl_test::to_vector(q) == std::vector<float>{1, 1});  // no gradient: no decay either
+    opt.zero_grad();  // the default keeps p's buffer, zeroed, and leaves q without one
+    CHECK(dl_test::to_vector(p.grad()) == std::vector<float>{0, 0, 0});
+    CHECK_FALSE(q.grad().defined());
 }
 
 namespace {

@@ -73,11 +73,21 @@ template <class T>
 
 }  // namespace detail
 
-/// Sets every parameter's gradient to zero (keeping the buffers, so the next backward allocates nothing).
+/// Clears every parameter's gradient. By default each is set to zero and keeps its buffer, which the
+/// next backward adds into. With set_to_none the gradients are dropped instead (PyTorch's
+/// zero_grad(set_to_none=True)): the next backward writes them rather than adding, which saves a pass
+/// over each and the fill, and takes their buffers back from the context's caching allocator (no
+/// malloc after warm-up either way). A parameter that then gets no gradient has none, and optimizer
+/// steps skip it, where a zero gradient would still apply weight decay and momentum to it.
 template <class T>
-void zero_grad(const std::vector<Tensor<T>>& params) {
-    for (const auto& p : params)
-        if (auto g = p.grad(); g.defined()) g.fill(T(0));
+void zero_grad(const std::vector<Tensor<T>>& params, bool set_to_none = false) {
+    for (const auto& p : params) {
+        if (set_to_none) {
+            if (auto* n = autograd::node_of(p)) n->drop_grad();
+        } else if (auto g = p.grad(); g.defined()) {
+            g.fill(T(0));
+        }
+    }
 }
 
 /// Scales the gradients so that their global L2 norm is at most max_norm; returns the norm before.
@@ -109,7 +119,7 @@ class optimizer {
 public:
     using compute_type = compute_t<T>;
 
-    void zero_grad() { nn::zero_grad(params_); }
+    void zero_grad(bool set_to_none = false) { nn::zero_grad(params_, set_to_none); }
     void set_lr(double lr) noexcept { options_.lr = lr; }
     [[nodiscard]] double lr() const noexcept { return options_.lr; }
     [[nodiscard]] const Options& options() const noexcept { return options_; }
