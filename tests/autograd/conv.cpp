@@ -124,6 +124,7 @@ TEST_CASE("conv2d by Winograd F(2x2, 3x3) matches the definition, forward and ba
         {{1, 16, 1, 1}, 16, 1},    // one output
         {{2, 20, 12, 3}, 16, {1, 2}},
         {{4, 16, 14, 14}, 32, 1},  // several blocks of tiles, the last one short
+        {{2, 16, 9, 25}, 16, 1},   // rows of 13 tiles: loaded 7 at a time, split where panels of 32 end
     };
     for (const auto& c : cases) {
         CAPTURE(c.x);
@@ -176,6 +177,22 @@ TEST_CASE("conv2d by Winograd F(2x2, 3x3) matches the definition, forward and ba
         dl::conv2d(xdf, wd, bd, o).backward(dl::cast<double>(bad_g));
         CHECK(close_to(xf.grad(), xdf.grad(), 1e-4));
     }
+}
+
+TEST_CASE("conv2d by Winograd reads an input whose rows are not contiguous through its strides") {
+    // A transposed view: the transform gathers each tile's taps instead of loading rows.
+    Tensor<float> stored = dl::normal<float>({2, 16, 11, 13}, 0, 1, ctx());
+    Tensor<float> x = stored.transpose(2, 3), w = dl::normal<float>({16, 16, 3, 3}, 0, 0.2, ctx()),
+                  b = dl::normal<float>({16}, 0, 1, ctx());
+    REQUIRE_FALSE(x.is_contiguous());
+    const Tensor<double> xd = dl::cast<double>(x), wd = dl::cast<double>(w), bd = dl::cast<double>(b);
+    CHECK(close_to(dl::conv2d(x, w, b, {.padding = 1}), conv_reference(xd, wd, bd, {.padding = 1}), 1e-4));
+    w.requires_grad_();
+    Tensor<double> wr = wd.detach().requires_grad_();
+    const Tensor<float> g = dl::normal<float>({2, 16, 13, 11}, 0, 1, ctx());
+    dl::conv2d(x, w, b, {.padding = 1}).backward(g);
+    dl::conv2d(xd, wr, bd, {.padding = 1}).backward(dl::cast<double>(g));
+    CHECK(close_to(w.grad(), wr.grad(), 1e-5 * 2 * 13 * 11));
 }
 
 TEST_CASE("conv2d by the direct kernels (windows of 9, 25 and 27 values) matches the definition, NaN and Inf included") {
