@@ -262,38 +262,47 @@ inline void winograd_input_rows(const float* x, const std::array<std::int64_t, 4
     __m512i column[4];
     for (int j = 0; j < 4; ++j)
         column[j] = _mm512_add_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_set1_epi32(j));
-    for (const winograd_run& run : runs) {
-        const float* rows[4];  // the image's input rows under the run (channel 0), null in padding
-        for (int i = 0; i < 4; ++i) {
-            const std::int64_t y = 2 * run.ty + i - s.pad_h;
-            rows[i] = y < 0 || y >= s.h ? nullptr : x + run.image * xs[0] + y * xs[2];
-        }
+    struct piece {
+        const float* rows[4];  // the input rows under it at its first column (channel 0), null in padding
+        std::int64_t at;       // V's offset of its first tile (channel 0)
+        __mmask16 inside;      // the lanes whose column is in the image
+        __mmask8 tiles;
+    };
+    thread_local std::vector<piece> pieces;
+    pieces.clear();
+    for (const winograd_run& run : runs)
         for (std::int64_t tx = run.tx0; tx < run.tx1;) {
             const std::int64_t k = run.at + tx - run.tx0;
             const std::int64_t len = std::min({chunk, run.tx1 - tx, layout.panel - k % layout.panel});
             const std::int64_t first = 2 * tx - s.pad_w;  // the input column under lane 0
             const std::int64_t lo = std::max<std::int64_t>(0, -first), hi = std::min<std::int64_t>(2 * len + 2, s.w - first);
-            const auto inside = hi > lo ? __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1)) : __mmask16(0);
-            const auto tiles = __mmask8((1u << len) - 1);
-            float* dst = v + layout.at(0, k);
-            for (std::int64_t c = 0; c < s.in_channels; ++c, dst += layout.channel) {
-                __m512 d[4];
-                for (int i = 0; i < 4; ++i)
-                    d[i] = rows[i] ? _mm512_maskz_loadu_ps(inside, rows[i] + c * xs[1] + first) : _mm512_setzero_ps();
-                const __m512 e[4] = {_mm512_sub_ps(d[0], d[2]), _mm512_add_ps(d[1], d[2]), _mm512_sub_ps(d[2], d[1]),
-                                     _mm512_sub_ps(d[1], d[3])};
-                for (int i = 0; i < 4; ++i) {
-                    const __m512 c0 = _mm512_permutexvar_ps(column[0], e[i]), c1 = _mm512_permutexvar_ps(column[1], e[i]);
-                    const __m512 c2 = _mm512_permutexvar_ps(column[2], e[i]), c3 = _mm512_permutexvar_ps(column[3], e[i]);
-                    _mm256_mask_storeu_ps(dst + (i * 4 + 0) * vs, tiles, _mm512_castps512_ps256(_mm512_sub_ps(c0, c2)));
-                    _mm256_mask_storeu_ps(dst + (i * 4 + 1) * vs, tiles, _mm512_castps512_ps256(_mm512_add_ps(c1, c2)));
-                    _mm256_mask_storeu_ps(dst + (i * 4 + 2) * vs, tiles, _mm512_castps512_ps256(_mm512_sub_ps(c2, c1)));
-                    _mm256_mask_storeu_ps(dst + (i * 4 + 3) * vs, tiles, _mm512_castps512_ps256(_mm512_sub_ps(c1, c3)));
-                }
+            piece p{{}, layout.at(0, k), hi > lo ? __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1)) : __mmask16(0),
+                    __mmask8((1u << len) - 1)};
+            for (int i = 0; i < 4; ++i) {
+                const std::int64_t y = 2 * run.ty + i - s.pad_h;
+                p.rows[i] = y < 0 || y >= s.h ? nullptr : x + run.image * xs[0] + y * xs[2] + first;
             }
+            pieces.push_back(p);
             tx += len;
         }
-    }
+    // Channel by channel, so that the loads walk each input plane in order.
+    for (std::int64_t c = 0; c < s.in_channels; ++c)
+        for (const piece& p : pieces) {
+            __m512 d[4];
+            for (int i = 0; i < 4; ++i)
+                d[i] = p.rows[i] ? _mm512_maskz_loadu_ps(p.inside, p.rows[i] + c * xs[1]) : _mm512_setzero_ps();
+            const __m512 e[4] = {_mm512_sub_ps(d[0], d[2]), _mm512_add_ps(d[1], d[2]), _mm512_sub_ps(d[2], d[1]),
+                                 _mm512_sub_ps(d[1], d[3])};
+            float* dst = v + p.at + c * layout.channel;
+            for (int i = 0; i < 4; ++i) {
+                const __m512 c0 = _mm512_permutexvar_ps(column[0], e[i]), c1 = _mm512_permutexvar_ps(column[1], e[i]);
+                const __m512 c2 = _mm512_permutexvar_ps(column[2], e[i]), c3 = _mm512_permutexvar_ps(column[3], e[i]);
+                _mm256_mask_storeu_ps(dst + (i * 4 + 0) * vs, p.tiles, _mm512_castps512_ps256(_mm512_sub_ps(c0, c2)));
+                _mm256_mask_storeu_ps(dst + (i * 4 + 1) * vs, p.tiles, _mm512_castps512_ps256(_mm512_add_ps(c1, c2)));
+                _mm256_mask_storeu_ps(dst + (i * 4 + 2) * vs, p.tiles, _mm512_castps512_ps256(_mm512_sub_ps(c2, c1)));
+                _mm256_mask_storeu_ps(dst + (i * 4 + 3) * vs, p.tiles, _mm512_castps512_ps256(_mm512_sub_ps(c1, c3)));
+            }
+        }
 }
 #endif
 
@@ -478,6 +487,55 @@ void winograd_output_gradient(const T* gy, const winograd_shape& s, const winogr
             simd::store_as(dst + (i * 4 + 3) * ms, V(T(0)) - h1);
         }
     };
+#if defined(__AVX512F__) && !defined(DL_NO_SIMD)
+    // Up to 8 tiles of a run at a time (their 16 output columns fill a vector): one masked load per
+    // gradient row, each tile's left and right columns picked out by a permute (as winograd_input_rows).
+    if constexpr (std::is_same_v<T, float>) {
+        const __m512i left = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+        const __m512i right = _mm512_add_epi32(left, _mm512_set1_epi32(1));
+        for (std::int64_t o = 0; o < O; ++o)
+            for (int xi = 0; xi < 16; ++xi) std::fill(dm + xi * ms + o * npad + n, dm + xi * ms + (o + 1) * npad, T(0));
+        struct piece {
+            std::int64_t row, at;  // gy's offset of its first output (channel 0), dM's of its first tile
+            __mmask16 columns;     // the lanes inside the image
+            __mmask8 tiles;
+            bool second;           // an odd height clips the last tile row
+        };
+        thread_local std::vector<piece> pieces;
+        pieces.clear();
+        for (const winograd_run& run : b.runs)
+            for (std::int64_t tx = run.tx0; tx < run.tx1;) {
+                const std::int64_t len = std::min<std::int64_t>(8, run.tx1 - tx);
+                pieces.push_back({(run.image * O * OH + 2 * run.ty) * OW + 2 * tx, run.at + tx - run.tx0,
+                                  __mmask16((1u << std::min<std::int64_t>(2 * len, OW - 2 * tx)) - 1),
+                                  __mmask8((1u << len) - 1), 2 * run.ty + 1 < OH});
+                tx += len;
+            }
+        // Channel by channel, so that the loads walk each gradient plane in order.
+        for (std::int64_t o = 0; o < O; ++o)
+            for (const piece& p : pieces) {
+                const float* row = gy + p.row + o * OH * OW;
+                const __m512 r0 = _mm512_maskz_loadu_ps(p.columns, row);
+                const __m512 r1 = p.second ? _mm512_maskz_loadu_ps(p.columns, row + OW) : _mm512_setzero_ps();
+                const __m512 g00 = _mm512_permutexvar_ps(left, r0), g01 = _mm512_permutexvar_ps(right, r0);
+                const __m512 g10 = _mm512_permutexvar_ps(left, r1), g11 = _mm512_permutexvar_ps(right, r1);
+                const __m512 zero = _mm512_setzero_ps();
+                const __m512 h[4][2] = {{g00, g01},
+                                        {_mm512_add_ps(g00, g10), _mm512_add_ps(g01, g11)},
+                                        {_mm512_sub_ps(g00, g10), _mm512_sub_ps(g01, g11)},
+                                        {_mm512_sub_ps(zero, g10), _mm512_sub_ps(zero, g11)}};
+                float* dst = dm + o * npad + p.at;
+                for (int i = 0; i < 4; ++i) {
+                    const __m512 h0 = h[i][0], h1 = h[i][1];
+                    _mm256_mask_storeu_ps(dst + (i * 4 + 0) * ms, p.tiles, _mm512_castps512_ps256(h0));
+                    _mm256_mask_storeu_ps(dst + (i * 4 + 1) * ms, p.tiles, _mm512_castps512_ps256(_mm512_add_ps(h0, h1)));
+                    _mm256_mask_storeu_ps(dst + (i * 4 + 2) * ms, p.tiles, _mm512_castps512_ps256(_mm512_sub_ps(h0, h1)));
+                    _mm256_mask_storeu_ps(dst + (i * 4 + 3) * ms, p.tiles, _mm512_castps512_ps256(_mm512_sub_ps(zero, h1)));
+                }
+            }
+        return;
+    }
+#endif
 #ifndef DL_NO_SIMD
     if constexpr (std::is_same_v<T, float>)
         if (gathers) {
