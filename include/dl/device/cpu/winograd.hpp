@@ -25,6 +25,14 @@
 
 #include "gemm.hpp"
 
+// The float transforms that load whole rows (masked loads and stores on 256- and 512-bit vectors).
+#if defined(__AVX512F__) && defined(__AVX512VL__) && !defined(DL_NO_SIMD)
+#include <immintrin.h>
+#define DL_WINOGRAD_ROWS 1
+#else
+#define DL_WINOGRAD_ROWS 0
+#endif
+
 namespace dl::detail {
 
 /// A 3×3, stride-1, dilation-1, single-group convolution of x [N, C, H, W] into [N, O, OH, OW] with
@@ -248,7 +256,7 @@ inline void winograd_input_vector(const float* x, const std::array<std::int64_t,
 }
 #endif
 
-#if defined(__AVX512F__) && !defined(DL_NO_SIMD)
+#if DL_WINOGRAD_ROWS
 /// winograd_input_runs for float rows of unit column stride, up to 7 tiles of a run at a time (their 16
 /// input columns fill one vector): one masked load per input row (padding reads as zero), the rows
 /// of Bᵀ·d on whole vectors, then each column of every tile's (Bᵀ·d)·B picked out by a permute.
@@ -354,7 +362,7 @@ struct winograd_block {
 template <class T>
 void winograd_input(const T* x, const std::array<std::int64_t, 4>& xs, const winograd_shape& s, const winograd_block& b,
                     bool gathers, T* v, const winograd_layout& layout, T* work) {
-#if defined(__AVX512F__) && !defined(DL_NO_SIMD)
+#if DL_WINOGRAD_ROWS
     if constexpr (std::is_same_v<T, float>)
         if (xs[3] == 1) return winograd_input_rows(x, xs, s, b.runs, v, layout);
 #endif
@@ -366,6 +374,71 @@ void winograd_input(const T* x, const std::array<std::int64_t, 4>& xs, const win
     (void)gathers;
     winograd_input_runs(x, xs, s, b.runs, v, layout, work);
 }
+
+#if DL_WINOGRAD_ROWS
+/// The output transform of winograd_conv3x3 for float, written straight into out: up to 8 tiles of a
+/// run at a time, Aᵀ·M·A (Aᵀ = [1 1 1 0; 0 1 −1 −1]) on their lanes of M, bias and activation, then
+/// each output row's left and right columns interleaved by one permute and stored with one masked
+/// store (clipped at odd edges). Going through a buffer of the block's outputs instead read vectors
+/// that straddled stores still in flight. Returns whether every output before the activation is
+/// finite (see winograd_conv3x3).
+inline bool winograd_output_rows(const float* m, std::int64_t ms, std::int64_t npad, const std::vector<winograd_run>& runs,
+                                 const winograd_shape& s, const float* bias, activation act, float* out) {
+    // 8 lanes, one per tile: half-width vectors run at twice the rate of full ones on cores that
+    // split 512-bit operations in two, and a piece has at most 8 tiles.
+    using H = xsimd::batch<float, xsimd::avx2>;
+    using F = xsimd::batch<float>;
+    const std::int64_t O = s.out_channels, OH = s.oh(), OW = s.ow();
+    struct piece {
+        std::int64_t out, at;  // out's offset of its first output (channel 0), M's of its first tile
+        __mmask8 tiles;        // its lanes
+        __mmask16 columns;     // the interleaved outputs inside the image
+        bool second;           // an odd height clips the last tile row
+    };
+    thread_local std::vector<piece> pieces;
+    pieces.clear();
+    for (const winograd_run& run : runs)
+        for (std::int64_t tx = run.tx0; tx < run.tx1;) {
+            const std::int64_t len = std::min<std::int64_t>(8, run.tx1 - tx);
+            pieces.push_back({(run.image * O * OH + 2 * run.ty) * OW + 2 * tx, run.at + tx - run.tx0,
+                              __mmask8((1u << len) - 1), __mmask16((1u << std::min<std::int64_t>(2 * len, OW - 2 * tx)) - 1),
+                              2 * run.ty + 1 < OH});
+            tx += len;
+        }
+    const __m512i zip = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    H poison(0.0f);  // sums y − y: 0 while the outputs are finite, NaN after an Inf or a NaN
+    with_activation(act, [&](auto a) {
+        for (std::int64_t o = 0; o < O; ++o) {
+            const H b(bias ? bias[o] : 0.0f);
+            for (const piece& p : pieces) {
+                const float* src = m + o * npad + p.at;
+                H q[4][2];  // rows of M·A
+                for (int i = 0; i < 4; ++i) {
+                    const float* row = src + i * 4 * ms;
+                    const H m0 = _mm256_maskz_loadu_ps(p.tiles, row), m1 = _mm256_maskz_loadu_ps(p.tiles, row + ms);
+                    const H m2 = _mm256_maskz_loadu_ps(p.tiles, row + 2 * ms), m3 = _mm256_maskz_loadu_ps(p.tiles, row + 3 * ms);
+                    q[i][0] = m0 + m1 + m2;
+                    q[i][1] = m1 - m2 - m3;
+                }
+                H y[2][2];  // [output row][output column]
+                for (int j = 0; j < 2; ++j) {
+                    y[0][j] = q[0][j] + q[1][j] + q[2][j] + b;
+                    y[1][j] = q[1][j] - q[2][j] - q[3][j] + b;
+                    poison += (y[0][j] - y[0][j]) + (y[1][j] - y[1][j]);
+                }
+                float* dst = out + o * OH * OW + p.out;
+                for (int r = 0; r < (p.second ? 2 : 1); ++r) {
+                    // The activations are written for full vectors: the columns widened, the upper half zero.
+                    const F left = activate<a.value>(F(_mm512_zextps256_ps512(y[r][0])));
+                    const F right = activate<a.value>(F(_mm512_zextps256_ps512(y[r][1])));
+                    _mm512_mask_storeu_ps(dst + r * OW, p.columns, _mm512_permutex2var_ps(left, zip, right));
+                }
+            }
+        }
+    });
+    return xsimd::hadd(poison) == 0.0f;
+}
+#endif
 
 /// out = act(conv(x, w) + bias) with u = winograd_weights(w). x is read through its strides (element
 /// (n, c, y, x) at x[n·xs[0] + c·xs[1] + y·xs[2] + x·xs[3]], strides ≥ 0); out is contiguous
@@ -407,6 +480,12 @@ template <class T>
 
         winograd_products(packed_u.data(), v, vs, m, ms, npad, O, C, panels);
 
+#if DL_WINOGRAD_ROWS
+        if constexpr (std::is_same_v<T, float>) {
+            block_finite[std::size_t(block)] = winograd_output_rows(m, ms, npad, runs, s, bias, act, out);
+            return;
+        }
+#endif
         // Output transform, per output channel: Aᵀ·M·A with Aᵀ = [1 1 1 0; 0 1 −1 −1] gives each tile's
         // 2×2 outputs, computed along the whole block (M's rows are contiguous in the tile) into
         // work[(r·2 + j)·npad + tile], then spread over the output run by run (clipped at odd edges).
@@ -444,17 +523,6 @@ template <class T>
                         const T* left = ys + 2 * r * npad + run.at - run.tx0;
                         const T* right = left + npad;
                         std::int64_t tx = run.tx0;
-#if defined(__AVX512F__) && !defined(DL_NO_SIMD)
-                        // 8 tiles at a time: their left and right columns interleaved by one permute.
-                        if constexpr (std::is_same_v<T, float>)
-                            for (; 2 * tx < last; tx += 8) {
-                                const __m512i zip = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-                                const __m512 row = _mm512_permutex2var_ps(_mm512_castps256_ps512(_mm256_loadu_ps(left + tx)), zip,
-                                                                          _mm512_castps256_ps512(_mm256_loadu_ps(right + tx)));
-                                const auto count = unsigned(std::min<std::int64_t>(16, last - 2 * tx));
-                                _mm512_mask_storeu_ps(dst + 2 * tx, __mmask16((1u << count) - 1), row);
-                            }
-#endif
                         for (; 2 * tx + 1 < last; ++tx) {
                             dst[2 * tx] = left[tx];
                             dst[2 * tx + 1] = right[tx];
@@ -487,7 +555,7 @@ void winograd_output_gradient(const T* gy, const winograd_shape& s, const winogr
             simd::store_as(dst + (i * 4 + 3) * ms, V(T(0)) - h1);
         }
     };
-#if defined(__AVX512F__) && !defined(DL_NO_SIMD)
+#if DL_WINOGRAD_ROWS
     // Up to 8 tiles of a run at a time (their 16 output columns fill a vector): one masked load per
     // gradient row, each tile's left and right columns picked out by a permute (as winograd_input_rows).
     if constexpr (std::is_same_v<T, float>) {
