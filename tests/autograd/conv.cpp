@@ -143,6 +143,9 @@ TEST_CASE("conv2d by Winograd F(2x2, 3x3) matches the definition, forward and ba
         dl::conv2d_options with_relu = o;
         with_relu.act = dl::activation::relu;
         CHECK(close_to(dl::conv2d(x, w, b, with_relu), dl::relu(reference), 1e-4));
+        dl::conv2d_options with_tanh = o;
+        with_tanh.act = dl::activation::tanh;
+        CHECK(close_to(dl::conv2d(x, w, b, with_tanh), dl::tanh(reference), 1e-4));
 
         // Gradients against the double path (im2col), twice: the second backward adds to the first.
         const Tensor<float> g = dl::normal<float>(reference.shape(), 0, 1, ctx());
