@@ -110,6 +110,9 @@ TEST_CASE_TEMPLATE("gemm crosses cache blocks: K past kc, M past mc, N with a ta
     run_case<T>(211, 67, 1031, 0, 0, 0, {}, ctx, 11);
     run_case<T>(577, 45, 300, 1, 1, 0, {.alpha = T(0.5), .beta = T(2)}, ctx, 12);
     run_case<T>(37, 4099, 3, 0, 1, 0, {}, ctx, 13);  // past nc columns
+    // Two k block boundaries with the epilogue: beta only on the first block, the activation only on
+    // the last.
+    run_case<T>(50, 40, 2100, 1, 0, 1, {.alpha = T(0.5), .beta = T(2), .act = dl::activation::tanh}, ctx, 14);
 }
 
 TEST_CASE_TEMPLATE("gemm alpha, beta and epilogues, on full tiles and edges", T, float, double) {
