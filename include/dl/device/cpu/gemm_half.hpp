@@ -96,18 +96,28 @@ inline void pack_a_bf16_rows(const matrix_ref<const bfloat16>& a, std::int64_t i
 }
 
 /// The packed bf16 product on rows [i_begin, i_end) of C, serial. Each thread packs all of B (no
-/// synchronisation between threads; the copy is O(K·N) against O(M·K·N) work).
+/// synchronisation between threads; the copy is O(K·N) against O(M·K·N) work), one L2-sized block of
+/// columns at a time, and all of its rows of A once per k block, which every block of B then reads.
 inline void gemm_bf16_rows(const matrix_ref<const bfloat16>& a, const matrix_ref<const bfloat16>& b,
                            const matrix_ref<float>& c, bool accumulate, std::int64_t i_begin, std::int64_t i_end) {
     constexpr int MR = bf16_shape::MR, NR = bf16_shape::NR;
     const std::int64_t K = a.cols, N = c.cols;
     const std::int64_t k2_max = (std::min<std::int64_t>(bf16_shape::KC, std::max<std::int64_t>(K, 2)) + 1) / 2;
-    bfloat16* pa = gemm_scratch<bfloat16>(0, k2_max * MR * 2);
+    const std::int64_t strips = (i_end - i_begin + MR - 1) / MR;
+    bfloat16* pa = gemm_scratch<bfloat16>(0, strips * k2_max * MR * 2);
     bfloat16* pb = gemm_scratch<bfloat16>(1, k2_max * NR * 2 * ((std::min(N, bf16_shape::NC) + NR - 1) / NR));
     float acc[MR][NR];
     for (std::int64_t pc = 0; pc == 0 || pc < K; pc += bf16_shape::KC) {
         const std::int64_t kc = std::min(bf16_shape::KC, K - pc), k2 = (kc + 1) / 2;
         const bool add = accumulate || pc > 0;
+        for (std::int64_t i = i_begin; i < i_end; i += MR) {
+            const std::int64_t rows = std::min<std::int64_t>(MR, i_end - i);
+            bfloat16* strip = pa + (i - i_begin) / MR * k2 * MR * 2;
+            if (a.col_stride == 1)
+                pack_a_bf16_rows(a, i, rows, pc, kc, strip);
+            else
+                pack_k_groups<MR, 2>(rows, kc, [&](std::int64_t r, std::int64_t k) { return a(i + r, pc + k); }, strip);
+        }
         for (std::int64_t jc = 0; jc < N; jc += bf16_shape::NC) {
             const std::int64_t jc_end = std::min(N, jc + bf16_shape::NC);
             for (std::int64_t j = jc; j < jc_end; j += NR) {
@@ -120,12 +130,9 @@ inline void gemm_bf16_rows(const matrix_ref<const bfloat16>& a, const matrix_ref
             }
             for (std::int64_t i = i_begin; i < i_end; i += MR) {
                 const std::int64_t rows = std::min<std::int64_t>(MR, i_end - i);
-                if (a.col_stride == 1)
-                    pack_a_bf16_rows(a, i, rows, pc, kc, pa);
-                else
-                    pack_k_groups<MR, 2>(rows, kc, [&](std::int64_t r, std::int64_t k) { return a(i + r, pc + k); }, pa);
+                const bfloat16* strip = pa + (i - i_begin) / MR * k2 * MR * 2;
                 for (std::int64_t j = jc; j < jc_end; j += NR) {
-                    bf16_tile(k2, pa, pb + ((j - jc) / NR) * k2 * NR * 2, acc);
+                    bf16_tile(k2, strip, pb + ((j - jc) / NR) * k2 * NR * 2, acc);
                     const std::int64_t cols = std::min<std::int64_t>(NR, jc_end - j);
                     for (std::int64_t r = 0; r < rows; ++r) {
                         if (cols == NR && c.col_stride == 1) {  // whole vectors
