@@ -257,6 +257,20 @@ inline void winograd_input_vector(const float* x, const std::array<std::int64_t,
 #endif
 
 #if DL_WINOGRAD_ROWS
+/// Calls f(run, tx, len, k) for the pieces the row transforms work on: each run cut into pieces of at
+/// most `longest` tiles (tiles tx .. tx + len − 1, the block's tiles k .. k + len − 1) that do not
+/// cross a multiple of `panel` in k.
+template <class F>
+void for_each_piece(const std::vector<winograd_run>& runs, std::int64_t longest, std::int64_t panel, F&& f) {
+    for (const winograd_run& run : runs)
+        for (std::int64_t tx = run.tx0; tx < run.tx1;) {
+            const std::int64_t k = run.at + tx - run.tx0;
+            const std::int64_t len = std::min({longest, run.tx1 - tx, panel - k % panel});
+            f(run, tx, len, k);
+            tx += len;
+        }
+}
+
 /// winograd_input_runs for float rows of unit column stride, up to 7 tiles of a run at a time (their 16
 /// input columns fill one vector): one masked load per input row (padding reads as zero), the rows
 /// of Bᵀ·d on whole vectors, then each column of every tile's (Bᵀ·d)·B picked out by a permute.
@@ -264,7 +278,6 @@ inline void winograd_input_vector(const float* x, const std::array<std::int64_t,
 /// channel here, half of the 32→64 layer's transform time.
 inline void winograd_input_rows(const float* x, const std::array<std::int64_t, 4>& xs, const winograd_shape& s,
                                 const std::vector<winograd_run>& runs, float* v, const winograd_layout& layout) {
-    constexpr std::int64_t chunk = 7;
     const std::int64_t vs = layout.matrix;
     // Lane t of column j: the input column 2t + j under the chunk.
     __m512i column[4];
@@ -278,21 +291,18 @@ inline void winograd_input_rows(const float* x, const std::array<std::int64_t, 4
     };
     thread_local std::vector<piece> pieces;
     pieces.clear();
-    for (const winograd_run& run : runs)
-        for (std::int64_t tx = run.tx0; tx < run.tx1;) {
-            const std::int64_t k = run.at + tx - run.tx0;
-            const std::int64_t len = std::min({chunk, run.tx1 - tx, layout.panel - k % layout.panel});
-            const std::int64_t first = 2 * tx - s.pad_w;  // the input column under lane 0
-            const std::int64_t lo = std::max<std::int64_t>(0, -first), hi = std::min<std::int64_t>(2 * len + 2, s.w - first);
-            piece p{{}, layout.at(0, k), hi > lo ? __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1)) : __mmask16(0),
-                    __mmask8((1u << len) - 1)};
-            for (int i = 0; i < 4; ++i) {
-                const std::int64_t y = 2 * run.ty + i - s.pad_h;
-                p.rows[i] = y < 0 || y >= s.h ? nullptr : x + run.image * xs[0] + y * xs[2] + first;
-            }
-            pieces.push_back(p);
-            tx += len;
+    // 7 tiles read 16 input columns: one vector.
+    for_each_piece(runs, 7, layout.panel, [&](const winograd_run& run, std::int64_t tx, std::int64_t len, std::int64_t k) {
+        const std::int64_t first = 2 * tx - s.pad_w;  // the input column under lane 0
+        const std::int64_t lo = std::max<std::int64_t>(0, -first), hi = std::min<std::int64_t>(2 * len + 2, s.w - first);
+        piece p{{}, layout.at(0, k), hi > lo ? __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1)) : __mmask16(0),
+                __mmask8((1u << len) - 1)};
+        for (int i = 0; i < 4; ++i) {
+            const std::int64_t y = 2 * run.ty + i - s.pad_h;
+            p.rows[i] = y < 0 || y >= s.h ? nullptr : x + run.image * xs[0] + y * xs[2] + first;
         }
+        pieces.push_back(p);
+    });
     // Channel by channel, so that the loads walk each input plane in order.
     for (std::int64_t c = 0; c < s.in_channels; ++c)
         for (const piece& p : pieces) {
@@ -397,14 +407,10 @@ inline bool winograd_output_rows(const float* m, std::int64_t ms, std::int64_t n
     };
     thread_local std::vector<piece> pieces;
     pieces.clear();
-    for (const winograd_run& run : runs)
-        for (std::int64_t tx = run.tx0; tx < run.tx1;) {
-            const std::int64_t len = std::min<std::int64_t>(8, run.tx1 - tx);
-            pieces.push_back({(run.image * O * OH + 2 * run.ty) * OW + 2 * tx, run.at + tx - run.tx0,
-                              __mmask8((1u << len) - 1), __mmask16((1u << std::min<std::int64_t>(2 * len, OW - 2 * tx)) - 1),
-                              2 * run.ty + 1 < OH});
-            tx += len;
-        }
+    for_each_piece(runs, 8, npad, [&](const winograd_run& run, std::int64_t tx, std::int64_t len, std::int64_t k) {
+        pieces.push_back({(run.image * O * OH + 2 * run.ty) * OW + 2 * tx, k, __mmask8((1u << len) - 1),
+                          __mmask16((1u << std::min<std::int64_t>(2 * len, OW - 2 * tx)) - 1), 2 * run.ty + 1 < OH});
+    });
     const __m512i zip = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     H poison(0.0f);  // sums y − y: 0 while the outputs are finite, NaN after an Inf or a NaN
     with_activation(act, [&](auto a) {
@@ -571,14 +577,11 @@ void winograd_output_gradient(const T* gy, const winograd_shape& s, const winogr
         };
         thread_local std::vector<piece> pieces;
         pieces.clear();
-        for (const winograd_run& run : b.runs)
-            for (std::int64_t tx = run.tx0; tx < run.tx1;) {
-                const std::int64_t len = std::min<std::int64_t>(8, run.tx1 - tx);
-                pieces.push_back({(run.image * O * OH + 2 * run.ty) * OW + 2 * tx, run.at + tx - run.tx0,
-                                  __mmask16((1u << std::min<std::int64_t>(2 * len, OW - 2 * tx)) - 1),
-                                  __mmask8((1u << len) - 1), 2 * run.ty + 1 < OH});
-                tx += len;
-            }
+        for_each_piece(b.runs, 8, npad, [&](const winograd_run& run, std::int64_t tx, std::int64_t len, std::int64_t k) {
+            pieces.push_back({(run.image * O * OH + 2 * run.ty) * OW + 2 * tx, k,
+                              __mmask16((1u << std::min<std::int64_t>(2 * len, OW - 2 * tx)) - 1), __mmask8((1u << len) - 1),
+                              2 * run.ty + 1 < OH});
+        });
         // Channel by channel, so that the loads walk each gradient plane in order.
         for (std::int64_t o = 0; o < O; ++o)
             for (const piece& p : pieces) {
