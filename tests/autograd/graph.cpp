@@ -71,6 +71,37 @@ TEST_CASE("backward never writes into the given gradient, whatever the root") {
     CHECK(dl_test::to_vector(g) == given);
 }
 
+TEST_CASE("a leaf takes over a gradient that nothing else holds, and copies one that is shared") {
+    dl::Context c({.threads = 1});
+    Tensor<double> w = dl::tensor<double>({{1.0, 2.0}, {3.0, 4.0}, {5.0, 6.0}}).requires_grad_();
+    Tensor<double> b = dl::tensor<double>({1.0, 1.0, 1.0}).requires_grad_();
+    const auto x = dl::tensor<double>({{1.0, -1.0}});
+    SUBCASE("batch 1 with an activation: the bias gradient is the fresh activation gradient itself") {
+        Tensor<double> y = dl::linear(x, w, b, dl::activation::tanh);
+        dl::sum(y).backward();
+        // x·Wᵀ + b = [0, 0, 0], where tanh' = 1: the bias gradient is all ones.
+        CHECK(dl_test::to_vector(b.grad()) == std::vector<double>{1, 1, 1});
+        CHECK(dl_test::to_vector(w.grad()) == std::vector<double>{1, -1, 1, -1, 1, -1});
+        CHECK_FALSE(b.grad().shares_storage(w.grad()));
+        b.grad().fill(0);  // the optimizer's zero_grad(false) writes into it in place
+        dl::sum(dl::linear(x, w, b, dl::activation::tanh)).backward();
+        CHECK(dl_test::to_vector(b.grad()) == std::vector<double>{1, 1, 1});
+    }
+    SUBCASE("no activation and a retained output gradient: the bias gets a copy, not the retained tensor") {
+        Tensor<double> y = dl::linear(x, w, b);
+        y.retain_grad();
+        y.backward(dl::tensor<double>({{1.0, 2.0, 3.0}}));
+        CHECK_FALSE(b.grad().shares_storage(y.grad()));
+        b.grad().fill(7);
+        CHECK(dl_test::to_vector(y.grad()) == std::vector<double>{1, 2, 3});
+    }
+    SUBCASE("several rows: the bias gradient sums them") {
+        const auto x3 = dl::tensor<double>({{1.0, -1.0}, {2.0, 0.0}, {0.0, 1.0}});
+        dl::sum(dl::linear(x3, w, b)).backward();
+        CHECK(dl_test::to_vector(b.grad()) == std::vector<double>{3, 3, 3});
+    }
+}
+
 TEST_CASE("detach and no_grad cut the graph") {
     dl::Context c({.threads = 1});
     Tensor<float> x = dl::full<float>({2}, 3.0f, c).requires_grad_();

@@ -307,14 +307,14 @@ void assign_expression(Tensor<T>& out, E&& e, bool into_view) {
         // The result gets new storage when it records, or when out itself requires grad: backward may
         // still need out's old values, and a leaf's values must not change behind the optimizer's back
         // (`y = f(y)` rebinds y in Python too).
-        const Shape shape = out.defined() ? out.shape() : shape_of(e);
+        auto shape = [&] { return out.defined() ? out.shape() : shape_of(e); };
         if constexpr (is_floating_element<T> && detail::differentiable<E>) {
             if (enabled && detail::any_requires_grad(e)) {
                 if (into_view)
                     detail::fail("dl: writing an expression that requires grad into a view of shape ", out.shape(),
                                  " is not supported by autograd yet; build the result as a new tensor");
                 auto saved = detail::own(e);
-                Tensor<T> result(shape, *ctx);
+                Tensor<T> result(shape(), *ctx);
                 assign(result, saved);
                 record(
                     result, [](const Tensor<T>& g, const auto& expr) { detail::send_gradient(expr, g); },
@@ -324,7 +324,7 @@ void assign_expression(Tensor<T>& out, E&& e, bool into_view) {
             }
         }
         if (enabled && out.requires_grad()) {
-            Tensor<T> result(shape, *ctx);
+            Tensor<T> result(shape(), *ctx);
             assign(result, std::forward<E>(e));
             out = std::move(result);
             return;

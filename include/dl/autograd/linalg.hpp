@@ -137,7 +137,7 @@ template <class T>
                 out,
                 [act, y = out.detach()](const Tensor<T>& grad, const Tensor<T>& in, const Tensor<T>& w,
                                         const Tensor<T>& b) {
-                    const Tensor<T> g = autograd::detail::activation_grad(grad, y, act);
+                    Tensor<T> g = autograd::detail::activation_grad(grad, y, act);
                     if (auto* n = autograd::node_of(in)) {
                         auto [dst, add] = autograd::detail::product_target(*n);
                         autograd::detail::gemm_into(dst, add, g, w);
@@ -146,7 +146,8 @@ template <class T>
                         auto [dst, add] = autograd::detail::product_target(*n);
                         autograd::detail::gemm_into(dst, add, g.t(), in);
                     }
-                    if (auto* n = autograd::node_of(b)) autograd::accumulate(*n, g);  // sums over the rows
+                    // Sums over the rows; at one row, g itself becomes the bias gradient when nothing else holds it.
+                    if (auto* n = autograd::node_of(b)) autograd::accumulate(*n, std::move(g));
                 },
                 x, weight, bias);
     }

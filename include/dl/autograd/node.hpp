@@ -118,8 +118,13 @@ template <class T>
 [[nodiscard]] auto sum_to_shape(const Tensor<T>& full, const Shape& target) {
     const int lead = full.rank() - target.size();
     Dims axes;
+    bool all_one = true;  // summing over extents of 1 only (a batch of one): a view, not a reduction
     for (int d = 0; d < full.rank(); ++d)
-        if (d < lead || (target[d - lead] == 1 && full.shape()[d] != 1)) axes.push_back(d);
+        if (d < lead || (target[d - lead] == 1 && full.shape()[d] != 1)) {
+            axes.push_back(d);
+            all_one = all_one && full.shape()[d] == 1;
+        }
+    if (all_one && full.is_contiguous()) return full.reshape(target);
     return detail::reduce(full, axes, true, detail::sum_acc<T>{}, "sum").reshape(target);
 }
 
@@ -127,10 +132,20 @@ template <class T>
 /// extra extent is summed away. The first contribution allocates the gradient.
 template <class T, class G>
 void accumulate(typed_node<T>& n, G&& g) {
+    if constexpr (std::is_same_v<G, Tensor<T>>) {
+        // A gradient passed as a temporary that no other tensor shares becomes n's gradient as it is
+        // (as PyTorch's AccumulateGrad steals it): no allocation, no copy.
+        if (!n.grad.defined() && g.storage().use_count() == 1 && g.is_contiguous() && g.shape() == n.shape()) {
+            n.grad = std::move(g);
+            return;
+        }
+    }
     const Shape shape = shape_of(g);
     if (shape != n.shape() && broadcast_shapes(shape, n.shape(), "backward") != n.shape()) {
         if constexpr (is_tensor_v<G>) {
-            accumulate(n, sum_to_shape(g, n.shape()));
+            auto summed = sum_to_shape(g, n.shape());
+            if constexpr (std::is_same_v<G, Tensor<T>>) g = Tensor<T>();  // summed may be a view of it
+            accumulate(n, std::move(summed));
         } else {
             Tensor<value_t<G>> full(shape, n.context());
             assign(full, std::forward<G>(g));

@@ -64,7 +64,11 @@ public:
     }
 
     friend constexpr bool operator==(const Dims& a, const Dims& b) noexcept {
-        return std::equal(a.begin(), a.end(), b.begin(), b.end());
+        // A loop, not std::equal: that becomes a call to memcmp, which costs more than these few extents.
+        if (a.rank_ != b.rank_) return false;
+        for (int i = 0; i < a.rank_; ++i)
+            if (a[i] != b[i]) return false;
+        return true;
     }
     friend std::ostream& operator<<(std::ostream& out, const Dims& d) {
         out << '[';
@@ -93,6 +97,8 @@ using Strides = Dims;
 
 /// numpy broadcasting of two shapes; throws naming `op` and both shapes when they do not broadcast.
 [[nodiscard]] inline Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
+    if (a == b || b.empty()) return a;  // the common cases: same shapes, or a scalar operand
+    if (a.empty()) return b;
     const int rank = std::max(a.size(), b.size());
     Shape out = Dims::filled(rank, 1);
     for (int i = 0; i < rank; ++i) {

@@ -122,16 +122,23 @@ private:
 
 // --- building an evaluator tree for a given output shape ---
 
-template <class T>
-[[nodiscard]] leaf_eval<T> make_eval(const Tensor<T>& t, const Shape& out) {
-    return {t.data(), broadcast_strides(t, out)};
+/// In place of an output shape: every tensor operand is contiguous and of the output's shape, so the
+/// evaluator reads all of them as one flat row in memory order, with no broadcasting to work out.
+struct flat_layout {};
+
+template <class T, class Layout>
+[[nodiscard]] leaf_eval<T> make_eval(const Tensor<T>& t, const Layout& out) {
+    if constexpr (std::is_same_v<Layout, flat_layout>)
+        return {t.data(), Strides{1}};
+    else
+        return {t.data(), broadcast_strides(t, out)};
 }
-template <class T>
-[[nodiscard]] scalar_eval<T> make_eval(const scalar_node<T>& s, const Shape&) {
+template <class T, class Layout>
+[[nodiscard]] scalar_eval<T> make_eval(const scalar_node<T>& s, const Layout&) {
     return {s.value};
 }
-template <class Op, class... E>
-[[nodiscard]] auto make_eval(const fn_node<Op, E...>& n, const Shape& out) {
+template <class Op, class... E, class Layout>
+[[nodiscard]] auto make_eval(const fn_node<Op, E...>& n, const Layout& out) {
     using operand = typename fn_node<Op, E...>::operand_type;
     return std::apply(
         [&](const auto&... e) {

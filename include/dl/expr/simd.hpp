@@ -215,8 +215,11 @@ DL_INLINE batch<T> lane_sums(const batch<T>* v) noexcept {
         // Pairs of vectors into one, then pairs of those, each lane holding a partial sum of its vector
         // within its 128-bit block; then the blocks are summed across.
         __m512 pairs[8], quads[4];
+        // Unrolled, so that v and the partial sums stay in registers (else GCC spills them to the stack).
+#pragma GCC unroll 8
         for (int p = 0; p < 8; ++p)
             pairs[p] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * p], v[2 * p + 1]), _mm512_unpackhi_ps(v[2 * p], v[2 * p + 1]));
+#pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) {
             const __m512d a = _mm512_castps_pd(pairs[2 * g]), b = _mm512_castps_pd(pairs[2 * g + 1]);
             quads[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));

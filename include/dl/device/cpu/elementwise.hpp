@@ -40,7 +40,9 @@ template <class T, class U>
     const auto [out_lo, out_hi] = byte_span(out);
     if (in_hi <= out_lo || out_hi <= in_lo) return false;
     if constexpr (std::is_same_v<T, U>)
-        return !(in.data() == out.data() && broadcast_strides(in, out.shape()) == out.strides());
+        return !(in.data() == out.data() &&
+                 ((in.shape() == out.shape() && in.strides() == out.strides()) ||
+                  broadcast_strides(in, out.shape()) == out.strides()));
     return true;
 }
 
@@ -137,16 +139,12 @@ void run_range(T* out, const Shape& shape, const Strides& out_strides, const Eva
     }
 }
 
-/// out = e, or out += e when `accumulate` (see run_row).
-template <class T, class E>
-void evaluate_into(Tensor<T>& out, const E& e, bool accumulate = false) {
+/// Runs evaluator `ev` of expression E over out's elements, laid out as `shape` (coalesced) with
+/// `out_strides`: the SIMD rows when every operand's inner stride allows, split over the threads when
+/// large.
+template <class E, class T, class Eval>
+void run_evaluator(Tensor<T>& out, const Shape& shape, const Strides& out_strides, Eval& ev, bool accumulate) {
     const std::int64_t n = out.numel();
-    if (n == 0) return;
-    Shape shape = out.shape();
-    Strides out_strides = out.strides();
-    auto ev = make_eval(e, shape);
-    coalesce(shape, out_strides, ev);
-
     auto run = [&]<row_kernel Kind>() {
         constexpr std::int64_t cost = cost_of<E> + 1;
         const int threads = out.context().concurrency();
@@ -162,12 +160,48 @@ void evaluate_into(Tensor<T>& out, const E& e, bool accumulate = false) {
         });
     };
 
-    if constexpr (vectorizes_into<decltype(ev), T>) {
+    if constexpr (vectorizes_into<Eval, T>) {
         bool simd = out_strides.back() == 1;
         ev.for_each_strides([&](const Strides& s) { simd = simd && (s.back() == 0 || s.back() == 1); });
         if (simd) return run.template operator()<row_kernel::simd>();
     }
     run.template operator()<row_kernel::scalar>();
+}
+
+/// out = e, or out += e when `accumulate` (see run_row).
+template <class T, class E>
+void evaluate_into(Tensor<T>& out, const E& e, bool accumulate = false) {
+    if (out.numel() == 0) return;
+    Shape shape = out.shape();
+    Strides out_strides = out.strides();
+    auto ev = make_eval(e, shape);
+    coalesce(shape, out_strides, ev);
+    run_evaluator<E>(out, shape, out_strides, ev, accumulate);
+}
+
+/// evaluate_into for a contiguous `out` whose shape every tensor operand of e has, contiguous too:
+/// one flat row, without the broadcasting and merging of dimensions that evaluate_into works out.
+/// The same loop and the same bits; at a few dozen elements (a batch-1 layer) that set-up costs more
+/// than the arithmetic.
+template <class T, class E>
+void evaluate_flat(Tensor<T>& out, const E& e, bool accumulate) {
+    const std::int64_t n = out.numel();
+    if (n == 0) return;
+    auto ev = make_eval(e, flat_layout{});
+    run_evaluator<E>(out, Shape{n}, Strides{1}, ev, accumulate);
+}
+
+/// The shape of every tensor operand of e when they all have that one shape and are contiguous (then
+/// it is e's shape, and e can run flat); null otherwise, or when e has no tensor operand.
+template <class E>
+[[nodiscard]] const Shape* flat_shape(const E& e) {
+    const Shape* shape = nullptr;
+    bool flat = true;
+    for_each_tensor(e, [&](const auto& t) {
+        if (!shape) shape = &t.shape();
+        flat = flat && t.shape() == *shape && t.is_contiguous();
+    });
+    return flat ? shape : nullptr;
 }
 
 }  // namespace detail
@@ -185,7 +219,10 @@ void assign(Tensor<T>& out, E&& e, bool accumulate = false) {
         if (!out.defined()) detail::fail("dl::assign: cannot write a number into a null tensor (it has no shape)");
         detail::evaluate_into(out, scalar_node<T>{{}, static_cast<T>(e)}, accumulate);
     } else {
-        const Shape shape = shape_of(e);
+        // Operands all contiguous and of out's shape (the common case) need no broadcasting.
+        const Shape* common = detail::flat_shape(e);
+        const bool flat = common && (!out.defined() || (out.shape() == *common && out.is_contiguous()));
+        const Shape shape = flat ? *common : shape_of(e);
         if (!out.defined()) {
             if (accumulate) detail::fail("dl::assign: cannot add into a null tensor (it has no values)");
             Context* ctx = context_of(e);
@@ -204,6 +241,8 @@ void assign(Tensor<T>& out, E&& e, bool accumulate = false) {
             Tensor<value_t<E>> tmp(shape, out.context());
             detail::evaluate_into(tmp, e);
             detail::evaluate_into(out, tmp, accumulate);
+        } else if (flat) {
+            detail::evaluate_flat(out, e, accumulate);
         } else {
             detail::evaluate_into(out, e, accumulate);
         }

@@ -497,6 +497,47 @@ void dot_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const 
     }
 }
 
+/// Row i of C over columns [j_begin, j_end), as dot_tile<1> computes it, in one call: W columns at a
+/// time, B's columns reached by stepping one pointer, so the set-up is paid once per row rather than
+/// once per tile. At batch 1 (x·Wᵀ of a small layer) the per-tile set-up and the spills of W column
+/// pointers cost more than the FMAs. A last, partial tile repeats its last column.
+template <class T>
+void dot_row(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c, std::int64_t i,
+             std::int64_t j_begin, std::int64_t j_end, const gemm_epilogue<T>& ep) {
+    using B = simd::batch<T>;
+    constexpr int W = simd::width<T>;
+    const std::int64_t K = a.cols, kv = K / W * W, ld = b.col_stride;
+    const T* row = &a(i, 0);
+    // Full is a template argument so that full tiles step the pointer unconditionally: with the
+    // partial tile's run-time step in the same loop, GCC splits every FMA into a multiply and an add.
+    auto tile = [&]<bool Full>(std::int64_t j, std::int64_t cols) {
+        const T* col0 = &b(0, j);
+        B acc[W];
+#pragma GCC unroll 16
+        for (int q = 0; q < W; ++q) acc[q] = B(T(0));
+        for (std::int64_t k = 0; k < kv; k += W) {
+            const B av = simd::load(row + k);
+            const T* col = col0 + k;
+#pragma GCC unroll 16
+            for (int q = 0; q < W; ++q) {
+                acc[q] = simd::fma(av, simd::load(col), acc[q]);
+                if (Full || q + 1 < cols) col += ld;
+            }
+        }
+        alignas(64) T sums[W] = {};
+        if (kv < K)
+            for (int q = 0; q < W; ++q) {
+                const T* col = col0 + std::min<std::int64_t>(q, cols - 1) * ld;
+                for (std::int64_t k = kv; k < K; ++k) sums[q] += row[k] * col[k];
+            }
+        B out[1][1] = {{simd::lane_sums(acc) + simd::load(sums)}};
+        store_tile<1, 1>(out, c, i, j, 1, cols, ep, true, true);
+    };
+    std::int64_t j = j_begin;
+    for (; j + W <= j_end; j += W) tile.template operator()<true>(j, W);
+    if (j < j_end) tile.template operator()<false>(j, j_end - j);
+}
+
 /// C(i, j) = act(C(i, j)) + residual(i, j) over columns [j_begin, j_end) of every row: the end of
 /// finish() for sums stored without it, a row of vectors at a time (the same bits: the scalar and
 /// vector activations agree).
@@ -553,9 +594,7 @@ void gemm_direct_cols(const matrix_ref<const T>& a, const matrix_ref<const T>& b
             for (; i + R <= M; i += R)
                 for (std::int64_t j = j_begin; j < j_end; j += C)
                     dot_tile<R>(a, b, c, i, j, R, std::min<std::int64_t>(C, j_end - j), sums);
-        for (; i < M; ++i)
-            for (std::int64_t j = j_begin; j < j_end; j += W)
-                dot_tile<1>(a, b, c, i, j, 1, std::min<std::int64_t>(W, j_end - j), sums);
+        for (; i < M; ++i) dot_row(a, b, c, i, j_begin, j_end, sums);
         if (then_activate) finish_activation(c, j_begin, j_end, ep);
     };
     const std::int64_t work = M * N * a.cols, unit = W;  // whole vectors of columns per part
