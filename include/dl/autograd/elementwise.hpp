@@ -203,7 +203,7 @@ template <class T>
 }
 template <class T>
 [[nodiscard]] dl::detail::scalar_eval<T> tile_eval(const argument_slot<scalar_node<T>>& s, const tile_operand*) {
-    return {s.value.value};
+    return dl::detail::scalar_eval<T>(s.value.value);
 }
 
 /// op(operands...) into count elements at out, in the same row loop that evaluates expressions.

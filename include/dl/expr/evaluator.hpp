@@ -22,6 +22,19 @@ template <class T>
     return s;
 }
 
+/// In place of an output shape: every tensor operand is contiguous and of the output's shape, so the
+/// evaluator reads all of them as one flat row in memory order, with no broadcasting to work out.
+struct flat_layout {};
+
+/// An operand and the layout to read it in (an output Shape, or flat_layout). Evaluators are constructed
+/// from one in place, so a tree of them is built without copying every leaf's strides (a Dims each)
+/// through each level above it — at a few dozen elements that copying cost more than the loop.
+template <class Operand, class Layout>
+struct eval_source {
+    const Operand& operand;
+    const Layout& layout;
+};
+
 template <class T>
 struct leaf_eval {
     using compute = compute_t<T>;
@@ -29,6 +42,10 @@ struct leaf_eval {
     Strides strides;
     const T* row = nullptr;
     std::int64_t inner = 0;
+
+    leaf_eval(const T* data, const Strides& s) noexcept : base(data), strides(s) {}
+    template <class Layout>
+    explicit leaf_eval(eval_source<Tensor<T>, Layout> s) : base(s.operand.data()), strides(strides_of(s)) {}
 
     template <class F>
     void for_each_strides(F&& f) {
@@ -51,12 +68,25 @@ struct leaf_eval {
         return simd::batch<compute>::load_aligned(buf);
     }
 #endif
+
+private:
+    template <class Layout>
+    static Strides strides_of(eval_source<Tensor<T>, Layout> s) {
+        if constexpr (std::is_same_v<Layout, flat_layout>)
+            return Strides{1};
+        else
+            return broadcast_strides(s.operand, s.layout);
+    }
 };
 
 template <class T>
 struct scalar_eval {
     using compute = compute_t<T>;
     compute value;
+
+    explicit scalar_eval(compute v) noexcept : value(v) {}
+    template <class Layout>
+    explicit scalar_eval(eval_source<scalar_node<T>, Layout> s) noexcept : value(s.operand.value) {}
 
     template <class F>
     void for_each_strides(F&&) {}
@@ -77,6 +107,16 @@ struct node_eval {
     static constexpr bool is_where = std::is_same_v<Op, ops::where>;
     [[no_unique_address]] Op op;
     std::tuple<Evals...> evals;
+
+    node_eval(Op o, std::tuple<Evals...> e) : op(o), evals(std::move(e)) {}
+    template <class... E, class Layout>
+    explicit node_eval(eval_source<fn_node<Op, E...>, Layout> s)
+        : op(s.operand.op), evals(std::apply(
+                                [&](const auto&... e) {
+                                    return std::tuple<Evals...>(
+                                        eval_source<std::remove_cvref_t<decltype(e)>, Layout>{e, s.layout}...);
+                                },
+                                s.operand.operands)) {}
 
     template <class F>
     void for_each_strides(F&& f) {
@@ -122,29 +162,19 @@ private:
 
 // --- building an evaluator tree for a given output shape ---
 
-/// In place of an output shape: every tensor operand is contiguous and of the output's shape, so the
-/// evaluator reads all of them as one flat row in memory order, with no broadcasting to work out.
-struct flat_layout {};
-
 template <class T, class Layout>
 [[nodiscard]] leaf_eval<T> make_eval(const Tensor<T>& t, const Layout& out) {
-    if constexpr (std::is_same_v<Layout, flat_layout>)
-        return {t.data(), Strides{1}};
-    else
-        return {t.data(), broadcast_strides(t, out)};
+    return leaf_eval<T>(eval_source<Tensor<T>, Layout>{t, out});
 }
 template <class T, class Layout>
-[[nodiscard]] scalar_eval<T> make_eval(const scalar_node<T>& s, const Layout&) {
-    return {s.value};
+[[nodiscard]] scalar_eval<T> make_eval(const scalar_node<T>& s, const Layout& out) {
+    return scalar_eval<T>(eval_source<scalar_node<T>, Layout>{s, out});
 }
 template <class Op, class... E, class Layout>
 [[nodiscard]] auto make_eval(const fn_node<Op, E...>& n, const Layout& out) {
     using operand = typename fn_node<Op, E...>::operand_type;
-    return std::apply(
-        [&](const auto&... e) {
-            return node_eval<Op, operand, decltype(make_eval(e, out))...>{n.op, {make_eval(e, out)...}};
-        },
-        n.operands);
+    using eval = node_eval<Op, operand, decltype(make_eval(std::declval<const std::remove_cvref_t<E>&>(), out))...>;
+    return eval(eval_source<fn_node<Op, E...>, Layout>{n, out});
 }
 
 // --- can the whole tree run on SIMD batches? ---

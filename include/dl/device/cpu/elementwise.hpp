@@ -6,6 +6,7 @@
 // Context's executor. Every element is computed by the same code whatever the split (tails use partial
 // batches, not a scalar loop), so 1 and N threads give bitwise identical results.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -236,7 +237,18 @@ void assign(Tensor<T>& out, E&& e, bool accumulate = false) {
         const prof::op_scope scope(out.context(), expression_name<X>, n * op_count<X>,
                                    n * static_cast<double>(sizeof(T) * (leaf_count<X> + 1 + accumulate)));
         bool alias = false;
-        detail::for_each_tensor(e, [&](const auto& t) { alias = alias || detail::reads_ahead_of_write(t, out); });
+        if (flat) {
+            // Same shapes, all contiguous: an operand overlaps out unless it is out itself, element for element.
+            const auto* lo = reinterpret_cast<const std::byte*>(out.data());
+            const auto* hi = lo + out.numel() * static_cast<std::int64_t>(sizeof(T));
+            detail::for_each_tensor(e, [&]<class U>(const Tensor<U>& t) {
+                const auto* t_lo = reinterpret_cast<const std::byte*>(t.data());
+                const auto* t_hi = t_lo + t.numel() * static_cast<std::int64_t>(sizeof(U));
+                alias = alias || (t_lo < hi && lo < t_hi && !(std::is_same_v<T, U> && t_lo == lo));
+            });
+        } else {
+            detail::for_each_tensor(e, [&](const auto& t) { alias = alias || detail::reads_ahead_of_write(t, out); });
+        }
         if (alias) {
             Tensor<value_t<E>> tmp(shape, out.context());
             detail::evaluate_into(tmp, e);
