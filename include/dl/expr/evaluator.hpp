@@ -22,17 +22,15 @@ template <class T>
     return s;
 }
 
-/// In place of an output shape: every tensor operand is contiguous and of the output's shape, so the
-/// evaluator reads all of them as one flat row in memory order, with no broadcasting to work out.
-struct flat_layout {};
-
-/// An operand and the layout to read it in (an output Shape, or flat_layout). Evaluators are constructed
-/// from one in place, so a tree of them is built without copying every leaf's strides (a Dims each)
-/// through each level above it — at a few dozen elements that copying cost more than the loop.
-template <class Operand, class Layout>
+/// An operand and the output shape its evaluator reads it for (numpy broadcasting); a null shape reads
+/// it flat: every tensor operand is contiguous and of the output's shape, one row in memory order, with
+/// no broadcasting to work out. Evaluators are constructed from one in place, so a tree of them is built
+/// without copying every leaf's strides (a Dims each) through each level above it — at a few dozen
+/// elements that copying cost more than the loop.
+template <class Operand>
 struct eval_source {
     const Operand& operand;
-    const Layout& layout;
+    const Shape* shape;
 };
 
 template <class T>
@@ -44,8 +42,7 @@ struct leaf_eval {
     std::int64_t inner = 0;
 
     leaf_eval(const T* data, const Strides& s) noexcept : base(data), strides(s) {}
-    template <class Layout>
-    explicit leaf_eval(eval_source<Tensor<T>, Layout> s) : base(s.operand.data()), strides(strides_of(s)) {}
+    explicit leaf_eval(eval_source<Tensor<T>> s) : base(s.operand.data()), strides(strides_for(s.operand, s.shape)) {}
 
     template <class F>
     void for_each_strides(F&& f) {
@@ -70,12 +67,9 @@ struct leaf_eval {
 #endif
 
 private:
-    template <class Layout>
-    static Strides strides_of(eval_source<Tensor<T>, Layout> s) {
-        if constexpr (std::is_same_v<Layout, flat_layout>)
-            return Strides{1};
-        else
-            return broadcast_strides(s.operand, s.layout);
+    // Out of line: one copy per element type rather than one per leaf of every expression.
+    [[gnu::noinline]] static Strides strides_for(const Tensor<T>& t, const Shape* out) {
+        return out ? broadcast_strides(t, *out) : Strides{1};
     }
 };
 
@@ -85,8 +79,7 @@ struct scalar_eval {
     compute value;
 
     explicit scalar_eval(compute v) noexcept : value(v) {}
-    template <class Layout>
-    explicit scalar_eval(eval_source<scalar_node<T>, Layout> s) noexcept : value(s.operand.value) {}
+    explicit scalar_eval(eval_source<scalar_node<T>> s) noexcept : value(s.operand.value) {}
 
     template <class F>
     void for_each_strides(F&&) {}
@@ -109,12 +102,11 @@ struct node_eval {
     std::tuple<Evals...> evals;
 
     node_eval(Op o, std::tuple<Evals...> e) : op(o), evals(std::move(e)) {}
-    template <class... E, class Layout>
-    explicit node_eval(eval_source<fn_node<Op, E...>, Layout> s)
+    template <class... E>
+    explicit node_eval(eval_source<fn_node<Op, E...>> s)
         : op(s.operand.op), evals(std::apply(
                                 [&](const auto&... e) {
-                                    return std::tuple<Evals...>(
-                                        eval_source<std::remove_cvref_t<decltype(e)>, Layout>{e, s.layout}...);
+                                    return std::tuple<Evals...>(eval_source<std::remove_cvref_t<decltype(e)>>{e, s.shape}...);
                                 },
                                 s.operand.operands)) {}
 
@@ -160,21 +152,21 @@ private:
 #endif
 };
 
-// --- building an evaluator tree for a given output shape ---
+// --- building an evaluator tree for a given output shape (null: flat, see eval_source) ---
 
-template <class T, class Layout>
-[[nodiscard]] leaf_eval<T> make_eval(const Tensor<T>& t, const Layout& out) {
-    return leaf_eval<T>(eval_source<Tensor<T>, Layout>{t, out});
+template <class T>
+[[nodiscard]] leaf_eval<T> make_eval(const Tensor<T>& t, const Shape* out) {
+    return leaf_eval<T>(eval_source<Tensor<T>>{t, out});
 }
-template <class T, class Layout>
-[[nodiscard]] scalar_eval<T> make_eval(const scalar_node<T>& s, const Layout& out) {
-    return scalar_eval<T>(eval_source<scalar_node<T>, Layout>{s, out});
+template <class T>
+[[nodiscard]] scalar_eval<T> make_eval(const scalar_node<T>& s, const Shape* out) {
+    return scalar_eval<T>(eval_source<scalar_node<T>>{s, out});
 }
-template <class Op, class... E, class Layout>
-[[nodiscard]] auto make_eval(const fn_node<Op, E...>& n, const Layout& out) {
+template <class Op, class... E>
+[[nodiscard]] auto make_eval(const fn_node<Op, E...>& n, const Shape* out) {
     using operand = typename fn_node<Op, E...>::operand_type;
     using eval = node_eval<Op, operand, decltype(make_eval(std::declval<const std::remove_cvref_t<E>&>(), out))...>;
-    return eval(eval_source<fn_node<Op, E...>, Layout>{n, out});
+    return eval(eval_source<fn_node<Op, E...>>{n, out});
 }
 
 // --- can the whole tree run on SIMD batches? ---

@@ -143,8 +143,11 @@ void run_range(T* out, const Shape& shape, const Strides& out_strides, const Eva
 /// Runs evaluator `ev` of expression E over out's elements, laid out as `shape` (coalesced) with
 /// `out_strides`: the SIMD rows when every operand's inner stride allows, split over the threads when
 /// large.
+/// Not inlined: evaluate_into and evaluate_flat share it, and inlined into both, its loops (the bulk of
+/// an expression's code) would be compiled twice.
 template <class E, class T, class Eval>
-void run_evaluator(Tensor<T>& out, const Shape& shape, const Strides& out_strides, Eval& ev, bool accumulate) {
+[[gnu::noinline]] void run_evaluator(Tensor<T>& out, const Shape& shape, const Strides& out_strides, Eval& ev,
+                                     bool accumulate) {
     const std::int64_t n = out.numel();
     auto run = [&]<row_kernel Kind>() {
         constexpr std::int64_t cost = cost_of<E> + 1;
@@ -175,7 +178,7 @@ void evaluate_into(Tensor<T>& out, const E& e, bool accumulate = false) {
     if (out.numel() == 0) return;
     Shape shape = out.shape();
     Strides out_strides = out.strides();
-    auto ev = make_eval(e, shape);
+    auto ev = make_eval(e, &shape);
     coalesce(shape, out_strides, ev);
     run_evaluator<E>(out, shape, out_strides, ev, accumulate);
 }
@@ -188,7 +191,7 @@ template <class T, class E>
 void evaluate_flat(Tensor<T>& out, const E& e, bool accumulate) {
     const std::int64_t n = out.numel();
     if (n == 0) return;
-    auto ev = make_eval(e, flat_layout{});
+    auto ev = make_eval(e, nullptr);
     run_evaluator<E>(out, Shape{n}, Strides{1}, ev, accumulate);
 }
 

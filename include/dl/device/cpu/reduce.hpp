@@ -110,7 +110,7 @@ template <class Acc, class E>
     }
 
     // Iteration shape: kept dims, then reduced dims, then a unit inner row if there is no reduced dim.
-    auto ev = make_eval(e, in_shape);
+    auto ev = make_eval(e, &in_shape);
     ev.for_each_strides([&](Strides& s) {
         Strides p;
         for (int i = 0; i < rank; ++i) p.push_back(s[order[i]]);
