@@ -478,10 +478,11 @@ void gemm_direct_rows(const matrix_ref<const T>& a, const matrix_ref<const T>& b
 /// An R × W/R tile of C at (i, j), `rows` × `cols` of it inside C, as dot products of A's rows and B's
 /// columns, both contiguous along k: W accumulators, one per element, which simd::lane_sums folds into
 /// one vector of the W sums. R rows share each B load; rows and columns past the edge repeat the
-/// last one (computed, not stored).
+/// last one (computed, not stored). Single rows go through dot_row.
 template <int R, class T>
 void dot_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c, std::int64_t i,
               std::int64_t j, std::int64_t rows, std::int64_t cols, const gemm_epilogue<T>& ep) {
+    static_assert(R > 1, "dl: single rows go through dot_row");
     using B = simd::batch<T>;
     constexpr int W = simd::width<T>, C = W / R;
     const std::int64_t K = a.cols, kv = K / W * W;
@@ -509,19 +510,14 @@ void dot_tile(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const 
     for (std::int64_t k = kv; k < K; ++k)
         for (int r = 0; r < R; ++r)
             for (int q = 0; q < C; ++q) sums[r * C + q] += row[r][k] * col[q][k];
-    B tile[1][1] = {{simd::lane_sums(acc) + simd::load(sums)}};
-    if constexpr (R == 1) {
-        store_tile<1, 1>(tile, c, i, j, 1, cols, ep, true, true);  // one row of C: stored as a vector
-    } else {
-        simd::store(sums, tile[0][0]);
-        finish_scalar(sums, C, c, i, j, rows, cols, ep, true, true);
-    }
+    simd::store(sums, simd::lane_sums(acc) + simd::load(sums));
+    finish_scalar(sums, C, c, i, j, rows, cols, ep, true, true);
 }
 
-/// Row i of C over columns [j_begin, j_end), as dot_tile<1> computes it, in one call: W columns at a
-/// time, B's columns reached by stepping one pointer, so the set-up is paid once per row rather than
-/// once per tile. At batch 1 (x·Wᵀ of a small layer) the per-tile set-up and the spills of W column
-/// pointers cost more than the FMAs. A last, partial tile repeats its last column.
+/// Row i of C over columns [j_begin, j_end) as dot products (dot_tile's method for one row), in one
+/// call: W columns at a time, B's columns reached by stepping one pointer, so the set-up is paid once
+/// per row rather than once per tile. At batch 1 (x·Wᵀ of a small layer) a per-tile set-up and the
+/// spills of W column pointers cost more than the FMAs. A last, partial tile repeats its last column.
 template <class T>
 void dot_row(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c, std::int64_t i,
              std::int64_t j_begin, std::int64_t j_end, const gemm_epilogue<T>& ep) {
