@@ -194,25 +194,38 @@ template <class R, class Op, class... A>
     return os.str();
 }
 
-/// The device evaluator of one operand over a tile: a tensor operand reads its tile operand, a scalar
-/// is kept.
+/// What one operand's evaluator is built from over a tile: a tensor operand reads its tile operand, a
+/// scalar keeps its value.
 template <class T>
-[[nodiscard]] dl::detail::leaf_eval<T> tile_eval(const argument_slot<Tensor<T>>& s, const tile_operand* inputs) {
+[[nodiscard]] dl::detail::row_source<T> tile_source(const argument_slot<Tensor<T>>& s, const tile_operand* inputs) {
     const tile_operand& in = inputs[s.input];
-    return {static_cast<const T*>(in.data), Strides{in.broadcast ? 0 : 1}};
+    return {static_cast<const T*>(in.data), in.broadcast};
 }
 template <class T>
-[[nodiscard]] dl::detail::scalar_eval<T> tile_eval(const argument_slot<scalar_node<T>>& s, const tile_operand*) {
-    return dl::detail::scalar_eval<T>(s.value.value);
+[[nodiscard]] compute_t<T> tile_source(const argument_slot<scalar_node<T>>& s, const tile_operand*) {
+    return static_cast<compute_t<T>>(s.value.value);
 }
+template <class Slot>
+struct tile_evaluator;
+template <class T>
+struct tile_evaluator<argument_slot<Tensor<T>>> {
+    using type = dl::detail::leaf_eval<T>;
+};
+template <class T>
+struct tile_evaluator<argument_slot<scalar_node<T>>> {
+    using type = dl::detail::scalar_eval<T>;
+};
 
 /// op(operands...) into count elements at out, in the same row loop that evaluates expressions.
 template <class R, class Op, class... Slots>
 void run_tile(const Op& op, R* out, std::int64_t count, const tile_operand* inputs, const std::tuple<Slots...>& slots) {
     using operand = typename fn_node<Op, std::remove_cvref_t<decltype(std::declval<Slots>().get({}))>...>::operand_type;
+    // Built in place, evaluator by evaluator: this runs once per tile and step, and copying each
+    // leaf's strides into the tree cost as much as a tile's arithmetic.
     auto ev = std::apply(
         [&](const auto&... s) {
-            return dl::detail::node_eval<Op, operand, decltype(tile_eval(s, inputs))...>{op, {tile_eval(s, inputs)...}};
+            return dl::detail::node_eval<Op, operand, typename tile_evaluator<Slots>::type...>(
+                op, std::piecewise_construct, tile_source(s, inputs)...);
         },
         slots);
     const std::int64_t origin[1] = {0};

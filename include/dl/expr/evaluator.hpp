@@ -33,6 +33,14 @@ struct eval_source {
     const Shape* shape;
 };
 
+/// One row of a leaf already in memory: `data` read with stride 1, or its first element broadcast
+/// (stride 0). Graph tiles (autograd/elementwise.hpp) build their evaluators from these.
+template <class T>
+struct row_source {
+    const T* data;
+    bool broadcast;
+};
+
 template <class T>
 struct leaf_eval {
     using compute = compute_t<T>;
@@ -43,6 +51,7 @@ struct leaf_eval {
 
     leaf_eval(const T* data, const Strides& s) noexcept : base(data), strides(s) {}
     explicit leaf_eval(eval_source<Tensor<T>> s) : base(s.operand.data()), strides(strides_for(s.operand, s.shape)) {}
+    explicit leaf_eval(row_source<T> s) noexcept : base(s.data), strides{s.broadcast ? 0 : 1} {}
 
     template <class F>
     void for_each_strides(F&& f) {
@@ -101,7 +110,9 @@ struct node_eval {
     [[no_unique_address]] Op op;
     std::tuple<Evals...> evals;
 
-    node_eval(Op o, std::tuple<Evals...> e) : op(o), evals(std::move(e)) {}
+    /// Each evaluator built in place from its own source (a row_source, or a scalar's value).
+    template <class... Sources>
+    node_eval(Op o, std::piecewise_construct_t, Sources... sources) : op(o), evals(sources...) {}
     template <class... E>
     explicit node_eval(eval_source<fn_node<Op, E...>> s)
         : op(s.operand.op), evals(std::apply(
