@@ -39,10 +39,13 @@ struct bf16_shape {
 inline void bf16_tile(std::int64_t k2, const bfloat16* pa, const bfloat16* pb, float (&acc)[bf16_shape::MR][bf16_shape::NR]) {
     constexpr int MR = bf16_shape::MR, NR = bf16_shape::NR;
     __m512 sum[MR][2];
+    // Unrolled in full so that sum stays in registers at -O2 too (see gemm.hpp's micro_kernel).
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_ps();
     for (std::int64_t k = 0; k < k2; ++k) {
         const auto b0 = std::bit_cast<__m512bh>(_mm512_loadu_si512(pb + k * NR * 2));
         const auto b1 = std::bit_cast<__m512bh>(_mm512_loadu_si512(pb + k * NR * 2 + 32));
+#pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
             std::int32_t pair;
             std::memcpy(&pair, pa + (k * MR + r) * 2, 4);
@@ -51,6 +54,7 @@ inline void bf16_tile(std::int64_t k2, const bfloat16* pa, const bfloat16* pb, f
             sum[r][1] = _mm512_dpbf16_ps(sum[r][1], av, b1);
         }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
         _mm512_storeu_ps(acc[r], sum[r][0]);
         _mm512_storeu_ps(acc[r] + 16, sum[r][1]);

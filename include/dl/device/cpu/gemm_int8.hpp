@@ -40,9 +40,12 @@ void int8_tile(std::int64_t k4, const std::uint8_t* a, std::int64_t row_step, st
 #if DL_HAVE_VNNI
     if constexpr (Vnni) {
         __m512i sum[MR][2];
+        // Unrolled in full so that sum stays in registers at -O2 too (see gemm.hpp's micro_kernel).
+#pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) sum[r][0] = sum[r][1] = _mm512_setzero_si512();
         for (std::int64_t k = 0; k < k4; ++k) {
             const __m512i b0 = _mm512_loadu_si512(pb + k * NR * 4), b1 = _mm512_loadu_si512(pb + k * NR * 4 + 64);
+#pragma GCC unroll 16
             for (int r = 0; r < MR; ++r) {
                 std::int32_t word;
                 std::memcpy(&word, a + r * row_step + k * group_step, 4);
@@ -51,6 +54,7 @@ void int8_tile(std::int64_t k4, const std::uint8_t* a, std::int64_t row_step, st
                 sum[r][1] = _mm512_dpbusd_epi32(sum[r][1], av, b1);
             }
         }
+#pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
             _mm512_storeu_si512(acc[r], sum[r][0]);
             _mm512_storeu_si512(acc[r] + 16, sum[r][1]);

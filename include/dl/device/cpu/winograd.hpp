@@ -17,6 +17,8 @@
 // make wide products. Blocks write disjoint outputs: they run on the Context's threads with results
 // independent of the thread count. With AVX-512 or AVX2 the transforms take a vector of tiles at a
 // time (gathers), whatever rows they sit in; elsewhere they go element by element.
+// The small fixed loops carry `#pragma GCC unroll`: their vector arrays stay in registers only when
+// unrolled in full, which GCC 12 does by itself at -O3 but not at -O2.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -56,10 +58,13 @@ template <class T>
         for (std::int64_t c = 0; c < ins; ++c) {
             const T* k = w + (o * ins + c) * 9;
             T g[3][3];
+#pragma GCC unroll 3
             for (int i = 0; i < 3; ++i)
+#pragma GCC unroll 3
                 for (int j = 0; j < 3; ++j) g[i][j] = adjoint ? k[(2 - i) * 3 + (2 - j)] : k[i * 3 + j];
             // G = [1 0 0; ½ ½ ½; ½ −½ ½; 0 0 1]: rows of G·g, then columns of (G·g)·Gᵀ.
             T gg[4][3];
+#pragma GCC unroll 3
             for (int j = 0; j < 3; ++j) {
                 gg[0][j] = g[0][j];
                 gg[1][j] = T(0.5) * (g[0][j] + g[1][j] + g[2][j]);
@@ -67,9 +72,11 @@ template <class T>
                 gg[3][j] = g[2][j];
             }
             const std::int64_t row = adjoint ? c : o, col = adjoint ? o : c;
+#pragma GCC unroll 4
             for (int i = 0; i < 4; ++i) {
                 const T t[4] = {gg[i][0], T(0.5) * (gg[i][0] + gg[i][1] + gg[i][2]),
                                 T(0.5) * (gg[i][0] - gg[i][1] + gg[i][2]), gg[i][2]};
+#pragma GCC unroll 4
                 for (int j = 0; j < 4; ++j) u[static_cast<std::size_t>(((i * 4 + j) * rows + row) * cols + col)] = t[j];
             }
         }
@@ -172,6 +179,7 @@ void winograd_input_runs(const T* x, const std::array<std::int64_t, 4>& xs, cons
     for (std::int64_t c = 0; c < C; ++c)
         for (const winograd_run& run : runs) {
             const std::int64_t x0 = 2 * run.tx0, x1 = 2 * run.tx1 + 2;  // the padded columns the run reads
+#pragma GCC unroll 4
             for (int i = 0; i < 4; ++i) {
                 T* row = rows + i * padded_row;
                 const std::int64_t y = 2 * run.ty + i - s.pad_h;
@@ -197,6 +205,7 @@ void winograd_input_runs(const T* x, const std::array<std::int64_t, 4>& xs, cons
                 const std::int64_t k = run.at + tx - run.tx0;
                 T* dst = v + layout.at(c, k);
                 const std::int64_t vs = layout.matrix;
+#pragma GCC unroll 4
                 for (int i = 0; i < 4; ++i) {
                     const T* e = rows + i * padded_row + 2 * tx;
                     dst[(i * 4 + 0) * vs] = e[0] - e[2];
@@ -227,7 +236,9 @@ inline void winograd_input_vector(const float* x, const std::array<std::int64_t,
         const I base = simd::load(first_tap + k), y = simd::load(top + k), xx = simd::load(left + k);
         I at[4][4];
         xsimd::batch_bool<float> inside[4][4];
+#pragma GCC unroll 4
         for (int i = 0; i < 4; ++i)
+#pragma GCC unroll 4
             for (int j = 0; j < 4; ++j) {
                 const I yi = y + I(i), xj = xx + I(j);
                 at[i][j] = base + I(std::int32_t(i * xs[2] + j * xs[3]));
@@ -237,6 +248,7 @@ inline void winograd_input_vector(const float* x, const std::array<std::int64_t,
         for (std::int64_t c = 0; c < C; ++c, dst += layout.channel) {
             const float* plane = x + c * xs[1];
             F e[4][4];  // rows of Bᵀ·d
+#pragma GCC unroll 4
             for (int j = 0; j < 4; ++j) {
                 const F d0 = simd::gather(plane, at[0][j], inside[0][j]), d1 = simd::gather(plane, at[1][j], inside[1][j]);
                 const F d2 = simd::gather(plane, at[2][j], inside[2][j]), d3 = simd::gather(plane, at[3][j], inside[3][j]);
@@ -245,6 +257,7 @@ inline void winograd_input_vector(const float* x, const std::array<std::int64_t,
                 e[2][j] = d2 - d1;
                 e[3][j] = d1 - d3;
             }
+#pragma GCC unroll 4
             for (int i = 0; i < 4; ++i) {
                 simd::store(dst + (i * 4 + 0) * vs, e[i][0] - e[i][2]);
                 simd::store(dst + (i * 4 + 1) * vs, e[i][1] + e[i][2]);
@@ -281,6 +294,7 @@ inline void winograd_input_rows(const float* x, const std::array<std::int64_t, 4
     const std::int64_t vs = layout.matrix;
     // Lane t of column j: the input column 2t + j under the chunk.
     __m512i column[4];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j)
         column[j] = _mm512_add_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_set1_epi32(j));
     struct piece {
@@ -297,6 +311,7 @@ inline void winograd_input_rows(const float* x, const std::array<std::int64_t, 4
         const std::int64_t lo = std::max<std::int64_t>(0, -first), hi = std::min<std::int64_t>(2 * len + 2, s.w - first);
         piece p{{}, layout.at(0, k), hi > lo ? __mmask16(((1u << hi) - 1) & ~((1u << lo) - 1)) : __mmask16(0),
                 __mmask8((1u << len) - 1)};
+#pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
             const std::int64_t y = 2 * run.ty + i - s.pad_h;
             p.rows[i] = y < 0 || y >= s.h ? nullptr : x + run.image * xs[0] + y * xs[2] + first;
@@ -307,11 +322,13 @@ inline void winograd_input_rows(const float* x, const std::array<std::int64_t, 4
     for (std::int64_t c = 0; c < s.in_channels; ++c)
         for (const piece& p : pieces) {
             __m512 d[4];
+#pragma GCC unroll 4
             for (int i = 0; i < 4; ++i)
                 d[i] = p.rows[i] ? _mm512_maskz_loadu_ps(p.inside, p.rows[i] + c * xs[1]) : _mm512_setzero_ps();
             const __m512 e[4] = {_mm512_sub_ps(d[0], d[2]), _mm512_add_ps(d[1], d[2]), _mm512_sub_ps(d[2], d[1]),
                                  _mm512_sub_ps(d[1], d[3])};
             float* dst = v + p.at + c * layout.channel;
+#pragma GCC unroll 4
             for (int i = 0; i < 4; ++i) {
                 const __m512 c0 = _mm512_permutexvar_ps(column[0], e[i]), c1 = _mm512_permutexvar_ps(column[1], e[i]);
                 const __m512 c2 = _mm512_permutexvar_ps(column[2], e[i]), c3 = _mm512_permutexvar_ps(column[3], e[i]);
@@ -419,6 +436,7 @@ inline bool winograd_output_rows(const float* m, std::int64_t ms, std::int64_t n
             for (const piece& p : pieces) {
                 const float* src = m + o * npad + p.at;
                 H q[4][2];  // rows of M·A
+#pragma GCC unroll 4
                 for (int i = 0; i < 4; ++i) {
                     const float* row = src + i * 4 * ms;
                     const H m0 = _mm256_maskz_loadu_ps(p.tiles, row), m1 = _mm256_maskz_loadu_ps(p.tiles, row + ms);
@@ -427,6 +445,7 @@ inline bool winograd_output_rows(const float* m, std::int64_t ms, std::int64_t n
                     q[i][1] = m1 - m2 - m3;
                 }
                 H y[2][2];  // [output row][output column]
+#pragma GCC unroll 2
                 for (int j = 0; j < 2; ++j) {
                     y[0][j] = q[0][j] + q[1][j] + q[2][j] + b;
                     y[1][j] = q[1][j] - q[2][j] - q[3][j] + b;
@@ -505,6 +524,7 @@ template <class T>
                 const T b = bias ? bias[o] : T(0);
                 simd::for_each_block<T>(n, [&]<class V>(std::int64_t k) {
                     V q[4][2];  // rows of M·A
+#pragma GCC unroll 4
                     for (int i = 0; i < 4; ++i) {
                         const T* row = src + i * 4 * ms + k;
                         const V m0 = simd::load_as<V>(row), m1 = simd::load_as<V>(row + ms);
@@ -513,6 +533,7 @@ template <class T>
                         q[i][1] = m1 - m2 - m3;
                     }
                     V seen(T(0));
+#pragma GCC unroll 2
                     for (int j = 0; j < 2; ++j) {
                         const V top = q[0][j] + q[1][j] + q[2][j] + V(b), bottom = q[1][j] - q[2][j] - q[3][j] + V(b);
                         seen += (top - top) + (bottom - bottom);
@@ -552,6 +573,7 @@ void winograd_output_gradient(const T* gy, const winograd_shape& s, const winogr
                               std::int64_t ms) {
     const std::int64_t O = s.out_channels, OH = s.oh(), OW = s.ow(), n = b.t1 - b.t0, npad = b.npad;
     auto transform = [&]<class V>(const V (&g)[2][2], T* dst) {  // dst: dM_0's element; ξ `ms` apart
+#pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
             const V h0 = i == 0 ? g[0][0] : i == 1 ? g[0][0] + g[1][0] : i == 2 ? g[0][0] - g[1][0] : V(T(0)) - g[1][0];
             const V h1 = i == 0 ? g[0][1] : i == 1 ? g[0][1] + g[1][1] : i == 2 ? g[0][1] - g[1][1] : V(T(0)) - g[1][1];
@@ -596,6 +618,7 @@ void winograd_output_gradient(const T* gy, const winograd_shape& s, const winogr
                                         {_mm512_sub_ps(g00, g10), _mm512_sub_ps(g01, g11)},
                                         {_mm512_sub_ps(zero, g10), _mm512_sub_ps(zero, g11)}};
                 float* dst = dm + o * npad + p.at;
+#pragma GCC unroll 4
                 for (int i = 0; i < 4; ++i) {
                     const __m512 h0 = h[i][0], h1 = h[i][1];
                     _mm256_mask_storeu_ps(dst + (i * 4 + 0) * ms, p.tiles, _mm512_castps512_ps256(h0));
@@ -619,7 +642,9 @@ void winograd_output_gradient(const T* gy, const winograd_shape& s, const winogr
                 const I x = simd::load(b.left.data() + k) + I(std::int32_t(s.pad_w));
                 I at[2][2];
                 xsimd::batch_bool<float> inside[2][2];
+#pragma GCC unroll 2
                 for (int a = 0; a < 2; ++a)
+#pragma GCC unroll 2
                     for (int c = 0; c < 2; ++c) {
                         at[a][c] = base + I(std::int32_t(a * OW + c));
                         inside[a][c] = simd::mask_cast(y + I(a) >= I(0) && y + I(a) < rows && x + I(c) < cols);
@@ -627,7 +652,9 @@ void winograd_output_gradient(const T* gy, const winograd_shape& s, const winogr
                 for (std::int64_t o = 0; o < O; ++o) {
                     const float* plane = gy + o * OH * OW;
                     F g[2][2];
+#pragma GCC unroll 2
                     for (int a = 0; a < 2; ++a)
+#pragma GCC unroll 2
                         for (int c = 0; c < 2; ++c) g[a][c] = simd::gather(plane, at[a][c], inside[a][c]);
                     transform(g, dm + o * npad + k);
                 }
@@ -641,7 +668,9 @@ void winograd_output_gradient(const T* gy, const winograd_shape& s, const winogr
         for (const winograd_run& run : b.runs)
             for (std::int64_t tx = run.tx0; tx < run.tx1; ++tx) {
                 T g[2][2];
+#pragma GCC unroll 2
                 for (int a = 0; a < 2; ++a)
+#pragma GCC unroll 2
                     for (int c = 0; c < 2; ++c) {
                         const std::int64_t y = 2 * run.ty + a, x = 2 * tx + c;
                         g[a][c] = y < OH && x < OW ? gy[((run.image * O + o) * OH + y) * OW + x] : T(0);
@@ -706,16 +735,19 @@ template <class T>
         for (std::int64_t c = 0; c < C; ++c) {
             T du[4][4], r[3][4];
             for (int xi = 0; xi < 16; ++xi) du[xi / 4][xi % 4] = partial[std::size_t((xi * O + o) * C + c)];
+#pragma GCC unroll 4
             for (int j = 0; j < 4; ++j) {
                 r[0][j] = du[0][j] + T(0.5) * (du[1][j] + du[2][j]);
                 r[1][j] = T(0.5) * (du[1][j] - du[2][j]);
                 r[2][j] = T(0.5) * (du[1][j] + du[2][j]) + du[3][j];
             }
             T* k = dw + (o * C + c) * 9;
+#pragma GCC unroll 3
             for (int a = 0; a < 3; ++a) {
                 k[a * 3 + 0] = r[a][0] + T(0.5) * (r[a][1] + r[a][2]);
                 k[a * 3 + 1] = T(0.5) * (r[a][1] - r[a][2]);
                 k[a * 3 + 2] = T(0.5) * (r[a][1] + r[a][2]) + r[a][3];
+#pragma GCC unroll 3
                 for (int q = 0; q < 3; ++q) poison += k[a * 3 + q] - k[a * 3 + q];
             }
         }
