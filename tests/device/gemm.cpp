@@ -115,7 +115,9 @@ TEST_CASE_TEMPLATE("gemm crosses cache blocks: K past kc, M past mc, N with a ta
     run_case<T>(50, 40, 2100, 1, 0, 1, {.alpha = T(0.5), .beta = T(2), .act = dl::activation::tanh}, ctx, 14);
 }
 
-TEST_CASE_TEMPLATE("gemm alpha, beta and epilogues, on full tiles and edges", T, float, double) {
+// bfloat16 runs the widened path (gemm_half.hpp): the product in float, then the epilogue over whole
+// rows of vectors with a scalar tail (contiguous C), or element by element (column-major C).
+TEST_CASE_TEMPLATE("gemm alpha, beta and epilogues, on full tiles and edges", T, float, double, dl::bfloat16) {
     Context ctx({.threads = 1});
     std::vector<T> bias(200);
     for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = T(0.01 * double(i) - 0.7);
