@@ -157,33 +157,6 @@ inline void gemm_bf16_rows(const matrix_ref<const bfloat16>& a, const matrix_ref
         }
     }
 }
-
-/// C = the epilogue of the whole product `sums` (contiguous rows of C's width), whole vectors of a row
-/// at a time and finish_scalar for each row's last columns: the same finish() on batches or on
-/// elements, so the same bits as finish_scalar over everything, which went element by element with
-/// the epilogue's branches per element (a third of a 256³ bf16 product).
-inline void finish_rows(const float* sums, const matrix_ref<float>& c, const gemm_epilogue<float>& ep) {
-#ifdef DL_NO_SIMD
-    const std::int64_t vectors = 0;
-#else
-    using B = simd::batch<float>;
-    constexpr int W = simd::width<float>;
-    const std::int64_t vectors = vector_rows(c, ep) ? c.cols / W * W : 0;
-    with_activation(ep.act, [&](auto act) {
-        for (std::int64_t i = 0; i < c.rows; ++i) {
-            const float* row = sums + i * c.cols;
-            float* out = &c(i, 0);
-            for (std::int64_t j = 0; j < vectors; j += W)
-                simd::store(out + j, finish<act.value>(
-                                         simd::load(row + j), ep, true, true, [&] { return simd::load(out + j); },
-                                         [&] { return ep.bias_per_row ? B(ep.bias[i]) : simd::load(ep.bias + j); },
-                                         [&] { return simd::load(&ep.residual(i, j)); }));
-        }
-    });
-#endif
-    if (vectors < c.cols)
-        finish_scalar(sums + vectors, c.cols, c, 0, vectors, c.rows, c.cols - vectors, ep, true, true);
-}
 #endif
 
 /// The (possibly strided) matrix as a non-owning tensor view, for the elementwise conversions.
@@ -248,7 +221,7 @@ void gemm_widened(const matrix_ref<const T>& a, const matrix_ref<const T>& b, co
         // The product alone, then alpha, beta, bias, activation and residual in one pass over it.
         Tensor<float> product({c.rows, c.cols}, ctx);
         gemm_bf16(a, b, matrix_ref<float>{product.data(), c.rows, c.cols, c.cols, 1}, false, ctx);
-        finish_rows(product.data(), wide_c, wide);
+        finish_rows(product.data(), c.cols, wide_c, wide);
     } else {
         const Tensor<float> wa = cast<float>(tensor_view(a, ctx)), wb = cast<float>(tensor_view(b, ctx));
         gemm(as_matrix(wa), as_matrix(wb), wide_c, wide, ctx);
