@@ -111,7 +111,7 @@ inline constexpr std::int64_t fused_tile_bytes = 16 * 1024;
 
 /// Below this many bytes streamed (tiled inputs and output), a fused node's data most likely sits in
 /// the last-level cache, where the hardware prefetcher keeps up and software prefetches only take
-/// issue slots. Measured with the benchmark chain on 1 thread (Zen 4, 1 MiB L2): without them 15%
+/// issue slots. Measured with the benchmark chain on 1 thread (Zen 4, 1 MiB L2): without them 10-15%
 /// faster at 4 and 8 MiB, 12% slower at 16 MiB and 1.6-1.8x slower from 32 MiB on.
 inline constexpr std::int64_t fused_prefetch_bytes = 12 * 1024 * 1024;
 
