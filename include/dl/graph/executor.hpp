@@ -161,25 +161,28 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
             buffer_data[s] = bytes_of_any(buffers[s]);
         }
         // Every step's operands, laid out once per run: per tile only the tiled inputs' pointers move
-        // (by `stride` bytes per element); a broadcast input and a step's buffer stay put.
+        // (`stride` bytes per element from `origin`); a broadcast input and a step's buffer stay put.
+        struct placement {
+            const std::byte* origin;
+            std::size_t stride;
+        };
         std::vector<tile_operand> operands;
-        std::vector<std::size_t> stride;
+        std::vector<placement> places;
         std::vector<std::size_t> first(steps + 1);  // step s's operands: [first[s], first[s + 1])
         for (std::size_t s = 0; s < steps; ++s) {
             first[s] = operands.size();
             for (int i : n.steps[s].inputs) {
                 if (i < 0) {
                     operands.push_back({buffer_data[static_cast<std::size_t>(-1 - i)], false});
-                    stride.push_back(0);
+                    places.push_back({buffer_data[static_cast<std::size_t>(-1 - i)], 0});
                 } else {
                     const source& src = sources[static_cast<std::size_t>(i)];
                     operands.push_back({src.data, !src.tiled});
-                    stride.push_back(src.tiled ? src.element : 0);
+                    places.push_back({src.data, src.tiled ? src.element : 0});
                 }
             }
         }
         first[steps] = operands.size();
-        const std::vector<tile_operand> origin = operands;
         // Memory is touched in bursts (a step reads an input's tile, then the next steps only compute),
         // so the next tile of every input is prefetched while this one computes, a slice before each
         // step: the loads overlap the math, as they do in a compile-time fused loop. The output's next
@@ -205,7 +208,7 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
                 lines.push_back({out_data + next * out_element, next_count * out_element, per_step(out_element), true});
             }
             for (std::size_t k = 0; k < operands.size(); ++k)
-                operands[k].data = static_cast<const std::byte*>(origin[k].data) + static_cast<std::size_t>(begin) * stride[k];
+                operands[k].data = places[k].origin + static_cast<std::size_t>(begin) * places[k].stride;
             for (std::size_t s = 0; s < steps; ++s) {
                 for (const next_tile& line : lines)
                     for (std::size_t b = s * line.per_step, end = std::min(line.bytes, b + line.per_step); b < end; b += 64) {
