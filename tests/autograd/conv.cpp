@@ -2,6 +2,8 @@
 // differences, edge cases (padding, dilation, groups, strided inputs, NaN) and bad shapes.
 #include "support.hpp"
 
+#include <string_view>
+
 namespace {
 
 using dl::Tensor;
@@ -275,6 +277,78 @@ TEST_CASE("conv2d by the direct kernels (windows of 9, 25 and 27 values) matches
     CHECK_FALSE(dl::autograd::detail::direct_conv_applies<double>(first_layer, 1, 8));
 }
 
+bool same_bits(const Tensor<float>& a, const Tensor<float>& b) {
+    if (a.shape() != b.shape()) return false;
+    const auto ac = a.contiguous(), bc = b.contiguous();
+    for (std::int64_t k = 0; k < a.numel(); ++k)
+        if (std::bit_cast<std::uint32_t>(ac.data()[k]) != std::bit_cast<std::uint32_t>(bc.data()[k])) return false;
+    return true;
+}
+
+TEST_CASE("conv2d with max_pool pools 2x2 windows in the direct and Winograd epilogues, bit for bit the two ops") {
+    struct case_t {
+        dl::Shape x;
+        std::int64_t outs, kernel;
+        dl::extent2 padding;
+    };
+    const case_t cases[] = {
+        {{3, 1, 28, 28}, 16, 3, 1},     // direct: a pooled row of 14, shorter than a vector
+        {{2, 1, 19, 21}, 4, 3, 1},      // direct: odd output sizes, the last row and column dropped
+        {{2, 3, 17, 35}, 5, 3, {0, 2}}, // direct, 27 taps: pooled rows of 18, a whole vector and a part
+        {{1, 1, 20, 36}, 4, 5, 2},      // direct, 25 taps
+        {{2, 16, 13, 15}, 24, 3, 1},    // Winograd: odd output sizes, clipped tiles dropped
+        {{4, 16, 14, 14}, 32, 3, 1},    // Winograd: the Fashion-MNIST CNN's second layer
+        {{1, 16, 9, 25}, 16, 3, 1},     // Winograd: runs of 13 tiles cut into pieces
+        {{2, 20, 12, 6}, 16, 3, {1, 2}},
+    };
+    for (const auto& c : cases) {
+        CAPTURE(c.x);
+        CAPTURE(c.outs);
+        Tensor<float> x = dl::normal<float>(c.x, 0, 1, ctx());
+        const Tensor<float> w = dl::normal<float>({c.outs, c.x[1], c.kernel, c.kernel}, 0, 0.3, ctx()),
+                            b = dl::normal<float>({c.outs}, 0, 1, ctx());
+        for (const dl::activation act : {dl::activation::none, dl::activation::relu, dl::activation::tanh}) {
+            CAPTURE(static_cast<int>(act));
+            const dl::conv2d_options o{.padding = c.padding, .act = act};
+            dl::conv2d_options pooled = o;
+            pooled.max_pool = 2;
+            dl::prof::profiler profiler;
+            ctx().set_profiler(&profiler);
+            const Tensor<float> got = dl::conv2d(x, w, b, pooled), got_no_bias = dl::conv2d(x, w, {}, pooled);
+            ctx().set_profiler(nullptr);
+            CHECK(same_bits(got, dl::max_pool2d(dl::conv2d(x, w, b, o), {.kernel = 2})));
+            CHECK(same_bits(got_no_bias, dl::max_pool2d(dl::conv2d(x, w, {}, o), {.kernel = 2})));
+            // Pooled in the kernels' epilogue: no max_pool2d ran.
+            for (const auto& e : profiler.events()) CHECK(std::string_view(e.name) != "max_pool2d");
+        }
+        // NaN and Inf: the direct kernels pool them as max_pool2d does (a NaN wins); Winograd, which
+        // cannot tell which window held one, computes the definition and pools that.
+        Tensor<float> bad = x.clone();
+        bad.data()[5] = NAN;
+        bad.data()[bad.numel() / 2] = INFINITY;
+        bad.data()[bad.numel() - 9] = -INFINITY;
+        const dl::conv2d_options o{.padding = c.padding, .act = dl::activation::relu};
+        dl::conv2d_options pooled = o;
+        pooled.max_pool = 2;
+        CHECK(same_bits(dl::conv2d(bad, w, b, pooled), dl::max_pool2d(dl::conv2d(bad, w, b, o), {.kernel = 2})));
+    }
+}
+
+TEST_CASE("conv2d with max_pool: other windows, doubles and gradients run the two ops; bad sizes are refused") {
+    const Tensor<double> x = randn({2, 2, 9, 9}), w = randn({3, 2, 3, 3}), b = randn({3});
+    CHECK(dl_test::same_elements(dl::conv2d(x, w, b, {.padding = 1, .max_pool = 3}),
+                                 dl::max_pool2d(dl::conv2d(x, w, b, {.padding = 1}), {.kernel = 3})));
+    CHECK(dl_test::same_elements(dl::conv2d(x, w, b, {.max_pool = 2}), dl::max_pool2d(dl::conv2d(x, w, b), {.kernel = 2})));
+    // With gradients: max_pool2d's backward needs its winners, which only the two ops keep.
+    Tensor<float> xf = dl::normal<float>({2, 1, 18, 18}, 0, 1, ctx()).requires_grad_();
+    Tensor<float> xr = xf.detach().requires_grad_();
+    const Tensor<float> wf = dl::normal<float>({4, 1, 3, 3}, 0, 0.3, ctx());
+    dl::sum(dl::conv2d(xf, wf, {}, {.padding = 1, .act = dl::activation::relu, .max_pool = 2})).backward();
+    dl::sum(dl::max_pool2d(dl::conv2d(xr, wf, {}, {.padding = 1, .act = dl::activation::relu}), {.kernel = 2})).backward();
+    CHECK(same_bits(xf.grad(), xr.grad()));
+    CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, w, b, {.max_pool = -1}); }).find("max_pool") != std::string::npos);
+}
+
 TEST_CASE("conv2d rejects shapes that do not fit, naming them") {
     const auto x = randn({1, 3, 4, 4});
     CHECK(dl_test::error_message([&] { (void)dl::conv2d(x, randn({2, 2, 3, 3})); }).find("[1, 3, 4, 4]") !=
@@ -381,14 +455,6 @@ pool_reference pool_by_definition(const Tensor<float>& x, const Tensor<float>& g
                             r.avg_grad(i, ch, p, q) += share;
                 }
     return r;
-}
-
-bool same_bits(const Tensor<float>& a, const Tensor<float>& b) {
-    if (a.shape() != b.shape()) return false;
-    const auto ac = a.contiguous(), bc = b.contiguous();
-    for (std::int64_t k = 0; k < a.numel(); ++k)
-        if (std::bit_cast<std::uint32_t>(ac.data()[k]) != std::bit_cast<std::uint32_t>(bc.data()[k])) return false;
-    return true;
 }
 
 TEST_CASE("float pooling (vectorised) equals the definition bit for bit, forward and backward") {

@@ -36,6 +36,28 @@ TEST_CASE_TEMPLATE("where selects elementwise, with numbers on either side", T, 
     }
 }
 
+TEST_CASE_TEMPLATE("where reads a bool tensor as a vector mask: broadcast either way, strided, odd tails", T, float, double) {
+    // A [rows, 1] condition broadcasts along rows (inner stride 0), a [cols] one down columns (stride
+    // 1); a transposed one has neither and takes the scalar path. All against the scalar definition.
+    for (const std::int64_t cols : {1, 7, 16, 17, 40}) {
+        CAPTURE(cols);
+        const std::int64_t rows = 5;
+        const auto a = random<T>({rows, cols}, -100, 100, 1), b = random<T>({rows, cols}, -100, 100, 2);
+        const auto per_row = random<bool>({rows, 1}, 0, 1, 3), per_col = random<bool>({cols}, 0, 1, 4);
+        const auto transposed = random<bool>({cols, rows}, 0, 1, 5).transpose(0, 1);
+        const dl::Tensor<T> by_row = dl::where(per_row, a, b), by_col = dl::where(per_col, a, T(3)),
+                            by_view = dl::where(transposed, T(-1), b);
+        const dl::Tensor<bool> mask = a > b;  // a comparison stored as bools
+        for (std::int64_t i = 0; i < rows; ++i)
+            for (std::int64_t j = 0; j < cols; ++j) {
+                CHECK(by_row(i, j) == (per_row(i, 0) ? a(i, j) : b(i, j)));
+                CHECK(by_col(i, j) == (per_col(j) ? a(i, j) : T(3)));
+                CHECK(by_view(i, j) == (transposed(i, j) ? T(-1) : b(i, j)));
+                CHECK(mask(i, j) == (a(i, j) > b(i, j)));
+            }
+    }
+}
+
 TEST_CASE("where: a non-bool condition is true where nonzero; the result type promotes a and b") {
     const auto cond = dl::tensor<float>({0.0f, 2.0f, -0.5f, 0.0f});
     const auto a = dl::tensor<std::int32_t>({1, 2, 3, 4});

@@ -152,6 +152,44 @@ TEST_CASE("graph passes: epilogue fusion folds an activation into the product be
     CHECK(g.to_string().find("act=3}") != std::string::npos);  // the sigmoid, in fc
 }
 
+TEST_CASE("graph passes: pool fusion folds a 2x2 max pool into the conv2d before it, unless its output is read elsewhere") {
+    dl::Context ctx({.seed = 2, .threads = 2});
+    const auto x = dl::uniform<float>({3, 1, 28, 28}, -1, 1, ctx);
+    dl::nn::conv2d<float> first(1, 16, 3, {.padding = 1}, true, ctx), second(16, 16, 3, {.padding = 1}, true, ctx),
+        third(16, 16, 3, {.padding = 1}, true, ctx);
+    auto f = graph::trace(
+        [&](const Tensor<float>& in) {
+            const Tensor<float> a = dl::max_pool2d(Tensor<float>(dl::relu(first(in))), {.kernel = 2});  // direct kernels
+            const Tensor<float> b = dl::max_pool2d(second(a), {.kernel = 2, .stride = 2});  // Winograd
+            const Tensor<float> c = third(b);  // read by the pool and by the sum: stays
+            const Tensor<float> d = dl::max_pool2d(c, {.kernel = 2});
+            const Tensor<float> e = dl::max_pool2d(b, {.kernel = 3});  // not 2x2: stays
+            return Tensor<float>(dl::sum(d) + dl::sum(c) + dl::sum(e));
+        },
+        x);
+    graph::pass_manager passes;
+    passes.add(graph::epilogue_fusion()).add(graph::pool_fusion());
+    const Tensor<float> before = f(x);
+    f.optimize(passes);
+    const auto& g = f.graph();
+    INFO(g.to_string());
+    CHECK(count_ops(g, "max_pool2d") == 2);
+    CHECK(g.to_string().find("groups=1, act=1, max_pool=2} : float32[N, 16, 14, 14]") != std::string::npos);
+    CHECK(g.to_string().find("groups=1, act=0, max_pool=2} : float32[N, 16, 7, 7]") != std::string::npos);
+    // The same bits as the two ops (conv2d's tests check the kernels against max_pool2d too).
+    CHECK(dl_test::same_elements(f(x), before));
+    // A different batch: the fused node's output keeps the batch dimension symbolic.
+    const auto more = dl::uniform<float>({5, 1, 28, 28}, -1, 1, ctx);
+    const Tensor<float> eager = [&] {
+        const dl::no_grad off(ctx);
+        const Tensor<float> a = dl::max_pool2d(Tensor<float>(dl::relu(first(more))), {.kernel = 2});
+        const Tensor<float> b = dl::max_pool2d(second(a), {.kernel = 2});
+        const Tensor<float> c = third(b);
+        return Tensor<float>(dl::sum(dl::max_pool2d(c, {.kernel = 2})) + dl::sum(c) + dl::sum(dl::max_pool2d(b, {.kernel = 3})));
+    }();
+    CHECK(dl_test::same_elements(f(more), eager));
+}
+
 TEST_CASE("graph passes: memory planning frees at last use, reuses dying inputs, reports the peak") {
     dl::Context ctx({.seed = 2, .threads = 1});
     const auto x = dl::uniform<float>({64, 256}, -1, 1, ctx);
@@ -243,7 +281,7 @@ TEST_CASE("graph: DL_DEBUG=2 prints the pipeline and the graph after each pass")
     ::unsetenv("DL_DEBUG");
     const std::string log = captured.str();
     CHECK(log.find("dl::graph: pipeline common_subexpression_elimination constant_folding dead_code_elimination "
-                   "epilogue_fusion elementwise_fusion memory_planning") != std::string::npos);
+                   "epilogue_fusion pool_fusion elementwise_fusion memory_planning") != std::string::npos);
     CHECK(log.find("dl::graph: elementwise_fusion ") != std::string::npos);
     CHECK(log.find("fused(%0)") != std::string::npos);
 }

@@ -31,6 +31,10 @@ struct conv2d_options {
     extent2 stride = 1, padding = 0, dilation = 1;
     std::int64_t groups = 1;
     activation act = activation::none;  ///< applied in the product's epilogue, after the bias
+    /// k > 0: the result is max_pool2d(·, {.kernel = k}) of the activated output. The direct and
+    /// Winograd kernels pool 2×2 windows in their epilogue (float, nothing recorded for gradients), so
+    /// the full-size output never reaches memory; otherwise this runs the two ops.
+    std::int64_t max_pool = 0;
 };
 
 struct pool2d_options {
@@ -293,11 +297,13 @@ template <class T>
         return autograd::record_product(
             *r, "conv2d",
             autograd::attributes("stride", describe(o.stride), "padding", describe(o.padding), "dilation",
-                                 describe(o.dilation), "groups", o.groups, "act", o.act),
-            o.act,
-            [o](activation a) {
+                                 describe(o.dilation), "groups", o.groups, "act", o.act) +
+                (o.max_pool ? ", " + autograd::attributes("max_pool", o.max_pool) : std::string()),
+            {.act = o.act, .max_pool = o.max_pool},
+            [o](autograd::product_epilogue e) {
                 conv2d_options with = o;
-                with.act = a;
+                with.act = e.act;
+                with.max_pool = e.max_pool;
                 return [with](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b) { return conv2d(in, w, b, with); };
             },
             x, weight, bias);
@@ -330,9 +336,20 @@ template <class T>
                               o.dilation};
     if (geo.oh <= 0 || geo.ow <= 0)
         detail::fail("dl::conv2d: the kernel ", weight.shape(), " does not fit the padded input ", x.shape());
+    if (o.max_pool < 0) detail::fail("dl::conv2d: max_pool must be 0 (none) or a window size, got ", o.max_pool);
+    conv2d_options unpooled = o;
+    unpooled.max_pool = 0;
+    const bool pool = o.max_pool > 0;
+    if (pool) {
+        bool in_epilogue = false;
+        if constexpr (std::is_same_v<T, float>)
+            in_epilogue = o.max_pool == 2 && geo.oh >= 2 && geo.ow >= 2 && !autograd::any_records(x, weight, bias) &&
+                          (direct_conv_applies<T>(geo, groups, out_channels) || winograd_applies<T>(geo, groups, c, out_channels));
+        if (!in_epilogue) return max_pool2d(conv2d(x, weight, bias, unpooled), {.kernel = o.max_pool});
+    }
 
     Context& ctx = x.context();
-    Tensor<T> out({n, out_channels, geo.oh, geo.ow}, ctx);
+    Tensor<T> out({n, out_channels, pool ? geo.oh / 2 : geo.oh, pool ? geo.ow / 2 : geo.ow}, ctx);
     {
         // Its products are recorded as "matmul" or "conv2d_winograd" (with their FLOPs); what remains
         // here is im2col.
@@ -348,9 +365,9 @@ template <class T>
         bool done = false;
         if constexpr (std::is_same_v<T, float>) {
             if (direct_conv_applies<T>(geo, groups, out_channels)) {
-                dl::detail::direct_conv(x.data(), {s[0], s[1], s[2], s[3]}, direct_shape(geo, n, out_channels),
-                                        weight.detach().contiguous().data(), b.defined() ? b.data() : nullptr, o.act,
-                                        out.data(), ctx);
+                const auto run = pool ? dl::detail::direct_conv_max_pool<T> : dl::detail::direct_conv<T>;
+                run(x.data(), {s[0], s[1], s[2], s[3]}, direct_shape(geo, n, out_channels), weight.detach().contiguous().data(),
+                    b.defined() ? b.data() : nullptr, o.act, out.data(), ctx);
                 done = true;
             }
             done = done || (winograd_applies<T>(geo, groups, c, out_channels) &&
@@ -358,8 +375,10 @@ template <class T>
                                                 {n, c, geo.h, geo.w, out_channels, o.padding.h, o.padding.w},
                                                 dl::detail::winograd_weights(weight.detach().contiguous().data(),
                                                                              out_channels, c, false),
-                                                out.data(), b.defined() ? b.data() : nullptr, o.act, ctx));
+                                                out.data(), b.defined() ? b.data() : nullptr, o.act, ctx, pool));
         }
+        // Winograd met a NaN or Inf: the definition says which outputs hold it, then the pool.
+        if (pool && !done) return max_pool2d(conv2d(x, weight, bias, unpooled), {.kernel = o.max_pool});
         if (!done) for_each_image_chunk(n, ctx, [&](std::int64_t, std::int64_t first, std::int64_t last) {
             const std::int64_t per = images_per_product(plane, last - first), width = per * plane;
             Tensor<T> col({geo.column_rows(), width}, ctx), wide = per > 1 ? Tensor<T>({out_channels, width}, ctx) : Tensor<T>();
@@ -641,12 +660,7 @@ template <class T, class Window>
     return out;
 }
 
-/// Whether v replaces best as a window's maximum: a NaN wins over numbers, else only a larger value,
-/// so ties keep the first in row-major window order (as PyTorch). Scalars or batches.
-template <class V>
-DL_INLINE auto beats(const V& v, const V& best) {
-    return (v > best) | (simd::is_nan(v) & !simd::is_nan(best));
-}
+using dl::detail::beats;
 
 #if defined(__AVX512F__) && !defined(DL_NO_SIMD)
 /// 2×2 windows at stride 2 without padding (the CNNs' pooling), for float: each row of outputs from

@@ -277,9 +277,10 @@ template <class Op, class... E>
                 }
             };
             std::tuple<detail::argument_slot<std::remove_cvref_t<decltype(a)>>...> slots{slot(a)...};
-            op.tile = [op = n.op, slots](const tile_operand* inputs, void* out, std::int64_t count) {
-                run_tile<R, Op>(op, static_cast<R*>(out), count, inputs, slots);
-            };
+            op.tile = {[op = n.op, slots](const tile_operand* inputs, void* out, std::int64_t count) {
+                           run_tile<R, Op>(op, static_cast<R*>(out), count, inputs, slots);
+                       },
+                       Op::cost};
             op.kernel = [kernel, slots = std::move(slots)](std::span<const any_tensor> inputs, any_tensor& out) {
                 std::apply([&](const auto&... s) { kernel(out, s.get(inputs)...); }, slots);
             };

@@ -115,9 +115,9 @@ template <class T>
         detail::fail("dl::linear: bias of shape ", bias.shape(), " for a weight of shape ", weight.shape());
     if (auto* r = autograd::recorder_of(x, weight, bias))
         return autograd::record_product(
-            *r, "linear", autograd::attributes("act", act), act,
-            [](activation a) {
-                return [a](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b) { return linear(in, w, b, a); };
+            *r, "linear", autograd::attributes("act", act), {.act = act},
+            [](autograd::product_epilogue e) {
+                return [a = e.act](const Tensor<T>& in, const Tensor<T>& w, const Tensor<T>& b) { return linear(in, w, b, a); };
             },
             x, weight, bias);
     const bool records = is_floating_element<T> && autograd::any_records(x, weight, bias);

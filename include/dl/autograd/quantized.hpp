@@ -142,10 +142,10 @@ inline void check_quantization(affine_quantization q, std::string_view op) {
             *r, "quantized_linear",
             autograd::attributes("weight", static_cast<const void*>(weight.get()), "scale", input.scale, "zero_point",
                                  input.zero_point, "act", act),
-            act,
-            [](activation a) {
-                return [a](const Tensor<float>& in, const std::shared_ptr<const int8_weight>& w, const Tensor<float>& b,
-                           affine_quantization q) { return quantized_linear(in, w, b, q, a); };
+            {.act = act},
+            [](autograd::product_epilogue e) {
+                return [a = e.act](const Tensor<float>& in, const std::shared_ptr<const int8_weight>& w, const Tensor<float>& b,
+                                   affine_quantization q) { return quantized_linear(in, w, b, q, a); };
             },
             x, weight, bias, input);
     if (autograd::any_records(x, bias))
@@ -203,10 +203,10 @@ inline void check_quantization(affine_quantization q, std::string_view op) {
                                  "stride", autograd::detail::describe(o.stride), "padding", autograd::detail::describe(o.padding),
                                  "dilation", autograd::detail::describe(o.dilation), "scale", input.scale, "zero_point",
                                  input.zero_point, "act", o.act),
-            o.act,
-            [o](activation a) {
+            {.act = o.act},
+            [o](autograd::product_epilogue e) {
                 conv2d_options with = o;
-                with.act = a;
+                with.act = e.act;
                 return [with](const Tensor<float>& in, const std::shared_ptr<const int8_weight>& w, extent2 k,
                               const Tensor<float>& b, affine_quantization q) { return quantized_conv2d(in, w, k, b, q, with); };
             },

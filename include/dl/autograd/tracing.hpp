@@ -48,8 +48,20 @@ struct tile_operand {
 };
 /// An elementwise op over one tile: inputs in the record's input order, `count` results at out. The
 /// op's functor in the device's row loop, with no tensor bookkeeping, so a fused node can run small
-/// tiles that stay in L1.
-using tile_kernel = std::function<void(const tile_operand* inputs, void* out, std::int64_t count)>;
+/// tiles that stay in L1. `cost` is the functor's work per element, which decides, as in an eager
+/// loop, whether a node is worth spreading over threads.
+struct tile_kernel {
+    std::function<void(const tile_operand* inputs, void* out, std::int64_t count)> run;
+    int cost = 1;
+    explicit operator bool() const noexcept { return static_cast<bool>(run); }
+};
+
+/// What a product's epilogue applies to its result: the activation, then (conv2d only) a max pool of
+/// max_pool × max_pool windows at stride max_pool, 0 for none. See record_product.
+struct product_epilogue {
+    activation act = activation::none;
+    std::int64_t max_pool = 0;
+};
 
 struct op_record {
     std::string name;
@@ -59,9 +71,9 @@ struct op_record {
     any_tensor output;
     op_kernel kernel;
     tile_kernel tile;  ///< elementwise ops only
-    /// Ops with a GEMM epilogue (linear, conv2d): the kernel of the same op applying an activation in
-    /// it, so that a pass can fold a following activation op into the product.
-    std::function<op_kernel(activation)> with_activation;
+    /// Ops with a GEMM epilogue (linear, conv2d): the kernel of the same op with another epilogue, so
+    /// that passes can fold a following activation (or, into conv2d, max pool) into the product.
+    std::function<op_kernel(product_epilogue)> with_epilogue;
 };
 
 /// Receives the ops of a Context while attached to it (Context::set_recorder).
@@ -198,7 +210,7 @@ auto record_with(recorder& r, op_record op, const Epilogue& epilogue, F fn, cons
     // Braced initialisation runs the slots in order, so inputs are numbered left to right.
     std::tuple<argument_slot<Args>...> slots{slot(args)...};
     if constexpr (!std::is_same_v<Epilogue, no_epilogue>)
-        op.with_activation = [epilogue, slots](activation act) { return kernel_of(epilogue(act), slots); };
+        op.with_epilogue = [epilogue, slots](product_epilogue e) { return kernel_of(epilogue(e), slots); };
     op.kernel = kernel_of(std::move(fn), std::move(slots));
     r.record(std::move(op));
     return result;
@@ -220,15 +232,15 @@ auto record_op(recorder& r, std::string name, std::string attributes, op_kind ki
     return detail::record_with(r, std::move(op), detail::no_epilogue{}, std::move(fn), args...);
 }
 
-/// record_op for a product with a GEMM epilogue: fn_for(a) is the op applying activation a in the
-/// epilogue (its attributes are "act=<a>"); the product recorded is fn_for(act).
+/// record_op for a product with a GEMM epilogue: fn_for(e) is the op applying product_epilogue e (its
+/// attributes say "act=<a>", then "max_pool=<k>" when k > 0); the product recorded is fn_for(epilogue).
 template <class FnFor, class... Args>
-auto record_product(recorder& r, std::string name, std::string attributes, activation act, FnFor fn_for,
+auto record_product(recorder& r, std::string name, std::string attributes, product_epilogue epilogue, FnFor fn_for,
                     const Args&... args) {
     op_record op;
     op.name = std::move(name);
     op.attributes = std::move(attributes);
-    return detail::record_with(r, std::move(op), fn_for, fn_for(act), args...);
+    return detail::record_with(r, std::move(op), fn_for, fn_for(epilogue), args...);
 }
 
 }  // namespace dl::autograd

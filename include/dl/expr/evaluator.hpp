@@ -73,6 +73,21 @@ struct leaf_eval {
         for (std::int64_t k = 0; k < n; ++k) buf[k] = static_cast<compute>(row[(j + k) * inner]);
         return simd::batch<compute>::load_aligned(buf);
     }
+    /// A bool leaf as the condition of a where() over batches of C.
+    template <class C>
+    DL_INLINE xsimd::batch_bool<C> load_mask(std::int64_t j) const noexcept
+        requires std::is_same_v<T, bool>
+    {
+        return inner ? simd::load_mask<C>(row + j) : xsimd::batch_bool<C>(row[0]);
+    }
+    template <class C>
+    DL_INLINE xsimd::batch_bool<C> load_mask_partial(std::int64_t j, std::int64_t n) const noexcept
+        requires std::is_same_v<T, bool>
+    {
+        alignas(64) bool buf[simd::width<C>] = {};
+        for (std::int64_t k = 0; k < n; ++k) buf[k] = row[(j + k) * inner];
+        return simd::load_mask<C>(buf);
+    }
 #endif
 
 private:
@@ -103,6 +118,13 @@ struct scalar_eval {
     }
 #endif
 };
+
+/// A where() whose condition is a Tensor<bool>: on batches the condition loads as a mask of the
+/// selected values' lanes.
+template <class Op, class... Evals>
+inline constexpr bool selects_by_bool_tensor = false;
+template <class Cond, class A, class B>
+inline constexpr bool selects_by_bool_tensor<ops::where, Cond, A, B> = std::is_same_v<Cond, leaf_eval<bool>>;
 
 template <class Op, class Operand, class... Evals>
 struct node_eval {
@@ -154,11 +176,18 @@ private:
 #ifndef DL_NO_SIMD
     template <std::size_t... I>
     DL_INLINE auto load(std::int64_t j, std::index_sequence<I...>) const noexcept {
-        return op(std::get<I>(evals).load(j)...);
+        if constexpr (selects_by_bool_tensor<Op, Evals...>)
+            return op(std::get<0>(evals).template load_mask<Operand>(j), std::get<1>(evals).load(j), std::get<2>(evals).load(j));
+        else
+            return op(std::get<I>(evals).load(j)...);
     }
     template <std::size_t... I>
     DL_INLINE auto load_partial(std::int64_t j, std::int64_t n, std::index_sequence<I...>) const noexcept {
-        return op(std::get<I>(evals).load_partial(j, n)...);
+        if constexpr (selects_by_bool_tensor<Op, Evals...>)
+            return op(std::get<0>(evals).template load_mask_partial<Operand>(j, n), std::get<1>(evals).load_partial(j, n),
+                      std::get<2>(evals).load_partial(j, n));
+        else
+            return op(std::get<I>(evals).load_partial(j, n)...);
     }
 #endif
 };
@@ -209,8 +238,9 @@ struct simd_lane<node_eval<Op, Operand, Evals...>> {
             using C = std::tuple_element_t<0, std::tuple<Evals...>>;
             using A = std::tuple_element_t<1, std::tuple<Evals...>>;
             using B = std::tuple_element_t<2, std::tuple<Evals...>>;
-            return std::is_same_v<typename simd_lane<C>::type, Operand> && simd_lane<C>::mask &&
-                   value_of_lane<A> && value_of_lane<B>;
+            const bool mask_of_lane = (std::is_same_v<typename simd_lane<C>::type, Operand> && simd_lane<C>::mask) ||
+                                      selects_by_bool_tensor<Op, Evals...>;
+            return mask_of_lane && value_of_lane<A> && value_of_lane<B>;
         } else {
             return (value_of_lane<Evals> && ...);
         }
@@ -219,10 +249,13 @@ struct simd_lane<node_eval<Op, Operand, Evals...>> {
     static constexpr bool mask = Op::rule == ops::result_rule::boolean;
 };
 
-/// The evaluator can fill a tensor of T with SIMD stores (converting on store for the 16-bit floats).
+/// The evaluator can fill a tensor of T with SIMD stores (converting on store for the 16-bit floats; a
+/// Tensor<bool> takes a comparison's masks).
 template <class Eval, class T>
-inline constexpr bool vectorizes_into = std::is_same_v<typename simd_lane<Eval>::type, compute_t<T>> &&
-                                        !simd_lane<Eval>::mask;
+inline constexpr bool vectorizes_into =
+    std::is_same_v<T, bool>
+        ? simd_lane<Eval>::mask && !std::is_void_v<typename simd_lane<Eval>::type>
+        : std::is_same_v<typename simd_lane<Eval>::type, compute_t<T>> && !simd_lane<Eval>::mask;
 
 // --- visiting the tensor operands of an expression ---
 

@@ -234,6 +234,44 @@ DL_INLINE batch<T> lane_sums(const batch<T>* v) noexcept {
 #endif
     return xsimd::haddp(v);
 }
+// --- bool tensors as comparison masks: a comparison's batch stores into a Tensor<bool>, and a
+// Tensor<bool> loads as the mask where() selects by, so neither goes element by element ---
+
+/// The mask of batch<C>'s lanes from as many bools at p.
+template <class C>
+DL_INLINE xsimd::batch_bool<C> load_mask(const bool* p) noexcept {
+    constexpr int W = batch<C>::size;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    if constexpr (W == 16) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        return _mm_test_epi8_mask(bytes, bytes);
+    } else if constexpr (W == 8 && std::is_same_v<C, double>) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+        return static_cast<__mmask8>(_mm_test_epi8_mask(bytes, bytes));
+    }
+#endif
+    alignas(64) C lanes[W];
+    for (int k = 0; k < W; ++k) lanes[k] = static_cast<C>(p[k]);
+    return batch<C>::load_aligned(lanes) != batch<C>(C(0));
+}
+/// The lanes of mask m as bools at p.
+template <class C>
+DL_INLINE void store_mask(bool* p, const xsimd::batch_bool<C>& m) noexcept {
+    constexpr int W = batch<C>::size;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    if constexpr (W == 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_maskz_set1_epi8(m, 1));
+        return;
+    } else if constexpr (W == 8 && std::is_same_v<C, double>) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_maskz_set1_epi8(m, 1));
+        return;
+    }
+#endif
+    alignas(64) C lanes[W];
+    xsimd::select(m, batch<C>(C(1)), batch<C>(C(0))).store_aligned(lanes);
+    for (int k = 0; k < W; ++k) p[k] = lanes[k] != C(0);
+}
+
 /// A float mask as the mask of the int32 lanes beside it, and back (for selects on indices).
 DL_INLINE xsimd::batch_bool<std::int32_t> mask_cast(const xsimd::batch_bool<float>& m) noexcept {
     return xsimd::bool_cast(m);
@@ -276,6 +314,27 @@ template <class V, class T>
 DL_INLINE void store_as(T* p, const V& v) noexcept {
     if constexpr (is_batch<V>) v.store_unaligned(p);
     else *p = v;
+}
+/// The first n lanes of v at p (n ≤ the lanes of V): masked on AVX-512 (slow on Zen 4, so for rare
+/// tails), lane by lane elsewhere.
+template <class V, class T>
+DL_INLINE void store_first_as(T* p, const V& v, std::int64_t n) noexcept {
+    if constexpr (!is_batch<V>) {
+        if (n > 0) *p = v;
+    } else {
+#if defined(__AVX512F__) && !defined(DL_NO_SIMD)
+        if constexpr (std::is_same_v<T, float> && V::size == 16) {
+            _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+            return;
+        } else if constexpr (std::is_same_v<T, double> && V::size == 8) {
+            _mm512_mask_storeu_pd(p, static_cast<__mmask8>((1u << n) - 1), v);
+            return;
+        }
+#endif
+        alignas(64) T lanes[V::size];
+        v.store_aligned(lanes);
+        for (std::int64_t k = 0; k < n; ++k) p[k] = lanes[k];
+    }
 }
 /// step.template operator()<V>(i) over i in [0, n): batches of T while whole ones fit, then scalars.
 template <class T, class I, class Step>

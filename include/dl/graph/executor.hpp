@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../autograd/node.hpp"
+#include "../device/cpu/elementwise.hpp"
 #include "../prof/profiler.hpp"
 #include "ir.hpp"
 
@@ -150,7 +151,12 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
     for (std::size_t s = 0; s + 1 < n.steps.size(); ++s) stream_bytes += static_cast<std::int64_t>(dtype_size(n.steps[s].dtype));
     const std::int64_t fused_tile = std::clamp<std::int64_t>(fused_tile_bytes / stream_bytes / 64 * 64, 256, 4096);
     const std::int64_t tiles = (numel + fused_tile - 1) / fused_tile;
-    const std::int64_t workers = std::min<std::int64_t>(tiles, serial_scope::active() ? 1 : ctx.concurrency());
+    // Threads as an eager loop of the same work would take: the steps' costs per element, plus one
+    // for the output. Waking a worker costs more than a small node (a ReLU's gradient at batch 32).
+    std::int64_t cost = 1;
+    for (const fused_step& step : n.steps) cost += step.tile.cost;
+    const std::int64_t workers =
+        std::min(tiles, dl::detail::parallel_chunks(numel * cost, serial_scope::active() ? 1 : ctx.concurrency()));
     const bool prefetch = numel * streamed > fused_prefetch_bytes;
     ctx.parallel_for(workers, [&](std::int64_t w) {
         const std::size_t steps = n.steps.size();
@@ -219,7 +225,7 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
                     }
                 void* target = s + 1 < steps ? static_cast<void*>(buffer_data[s])
                                              : static_cast<void*>(out_data + static_cast<std::size_t>(begin) * out_element);
-                n.steps[s].tile(operands.data() + first[s], target, count);
+                n.steps[s].tile.run(operands.data() + first[s], target, count);
             }
         }
     });

@@ -25,42 +25,6 @@ namespace dl::graph {
 
 namespace detail {
 
-/// The text of attribute `key` in "key=value, key=value" attributes (a node's or a fused step's);
-/// empty when absent. A list value ("[a, b]") is read by parse_dims.
-[[nodiscard]] inline std::string_view attribute(std::string_view attributes, std::string_view key) {
-    std::string_view rest = attributes;
-    while (!rest.empty()) {
-        const std::size_t end = std::min(rest.find(", "), rest.size());
-        const std::string_view pair = rest.substr(0, end);
-        if (pair.size() > key.size() && pair.starts_with(key) && pair[key.size()] == '=') return pair.substr(key.size() + 1);
-        rest.remove_prefix(std::min(end + 2, rest.size()));
-    }
-    return {};
-}
-[[nodiscard]] inline std::string_view attribute(const node& n, std::string_view key) { return attribute(n.attributes, key); }
-
-[[noreturn]] inline void unreadable_attribute(std::string_view op, std::string_view attributes, std::string_view key) {
-    dl::detail::fail("dl::graph: node ", op, " has no readable attribute ", key, " in {", attributes, "}");
-}
-
-template <class V>
-[[nodiscard]] V parse_attribute(std::string_view op, std::string_view attributes, std::string_view key) {
-    const std::string_view text = attribute(attributes, key);
-    V v{};
-    if constexpr (std::is_same_v<V, bool>) {
-        if (text != "true" && text != "false") unreadable_attribute(op, attributes, key);
-        v = text == "true";
-    } else {
-        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (text.empty() || error != std::errc{} || end != text.data() + text.size()) unreadable_attribute(op, attributes, key);
-    }
-    return v;
-}
-template <class V>
-[[nodiscard]] V parse_attribute(const node& n, std::string_view key) {
-    return parse_attribute<V>(n.op, n.attributes, key);
-}
-
 /// "HxW" (autograd::detail::describe) back to an extent.
 [[nodiscard]] inline extent2 parse_extent(const node& n, std::string_view key) {
     const std::string_view text = attribute(n, key);
@@ -71,27 +35,6 @@ template <class V>
                     std::from_chars(text.data() + x + 1, text.data() + text.size(), w).ptr == text.data() + text.size();
     if (!ok) unreadable_attribute(n.op, n.attributes, key);
     return {h, w};
-}
-
-/// A list attribute "key=[a, b, ...]" (as Dims print). The generic attribute() reader stops at the
-/// first ", ", which a list contains.
-[[nodiscard]] inline Dims parse_dims(const node& n, std::string_view key) {
-    const std::string_view text = n.attributes;
-    const std::string opening = std::string(key) + "=[";
-    std::size_t at = text.find(opening);
-    while (at != std::string_view::npos && at != 0 && text[at - 1] != ' ') at = text.find(opening, at + 1);
-    const std::size_t close = at == std::string_view::npos ? at : text.find(']', at);
-    if (close == std::string_view::npos) unreadable_attribute(n.op, n.attributes, key);
-    Dims dims;
-    for (std::size_t p = at + opening.size(); p < close;) {
-        std::int64_t v = 0;
-        const auto [end, error] = std::from_chars(text.data() + p, text.data() + close, v);
-        if (error != std::errc{} || dims.size() == max_rank) unreadable_attribute(n.op, n.attributes, key);
-        dims.push_back(v);
-        p = static_cast<std::size_t>(end - text.data());
-        if (p < close) p += 2;  // ", "
-    }
-    return dims;
 }
 
 [[nodiscard]] inline bool is_fixed(const Graph& g, int id) {
@@ -140,7 +83,7 @@ bool fold_one_batch_norm(Graph& g) {
             continue;
         const std::size_t at = static_cast<std::size_t>(xv.producer);
         const node& conv = g.nodes[at];
-        if (conv.op != "conv2d" || attribute(conv, "act") != "0" || conv.inputs.size() < 2 ||
+        if (conv.op != "conv2d" || attribute(conv, "act") != "0" || !attribute(conv, "max_pool").empty() || conv.inputs.size() < 2 ||
             !std::all_of(conv.inputs.begin() + 1, conv.inputs.end(), [&](int id) { return is_fixed(g, id); }))
             continue;
         const conv2d_options options{parse_extent(conv, "stride"), parse_extent(conv, "padding"),
@@ -203,11 +146,13 @@ template <class = void>
 /// quantized_linear or quantized_conv2d, which run the int8 GEMM. Weights are quantized when the pass
 /// runs.
 [[nodiscard]] inline pass quantize_int8(std::vector<std::vector<any_tensor>> calibration) {
-    return {"quantize_int8", {"epilogue_fusion"}, {"memory_planning"}, [calibration = std::move(calibration)](Graph& g) {
+    return {"quantize_int8", {"epilogue_fusion"}, {"pool_fusion", "memory_planning"}, [calibration = std::move(calibration)](Graph& g) {
                 std::vector<std::size_t> candidates;
                 for (std::size_t i = 0; i < g.nodes.size(); ++i) {
                     const node& n = g.nodes[i];
-                    const bool product = n.op == "linear" || (n.op == "conv2d" && detail::attribute(n, "groups") == "1");
+                    // (A conv2d that pools in its epilogue, from pool_fusion run before, stays float.)
+                    const bool product = n.op == "linear" || (n.op == "conv2d" && detail::attribute(n, "groups") == "1" &&
+                                                              detail::attribute(n, "max_pool").empty());
                     if (product && g.values[static_cast<std::size_t>(n.output)].dtype == DType::float32 &&
                         std::all_of(n.inputs.begin() + 1, n.inputs.end(), [&](int id) { return detail::is_fixed(g, id); }))
                         candidates.push_back(i);

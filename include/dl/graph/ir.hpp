@@ -4,9 +4,13 @@
 // attributes, inputs and the kernel that runs the op's own definition; a fused node runs a chain of such
 // kernels tile by tile. The graph prints one line per node, and verify() checks what every pass must
 // keep true.
+#include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "../autograd/tracing.hpp"
@@ -17,6 +21,7 @@ namespace dl::graph {
 using autograd::any_tensor;
 using autograd::op_kernel;
 using autograd::op_kind;
+using autograd::product_epilogue;
 using autograd::tile_kernel;
 using autograd::tile_operand;
 
@@ -53,7 +58,7 @@ struct node {
     int output = -1;          ///< value id
     op_kernel kernel;         ///< null for a fused node
     tile_kernel tile;         ///< elementwise nodes: the op over one tile of raw memory
-    std::function<op_kernel(activation)> with_activation;  ///< products: the kernel with an epilogue activation
+    std::function<op_kernel(product_epilogue)> with_epilogue;  ///< products: the kernel with another epilogue
     std::vector<fused_step> steps;  ///< a fused node: elementwise kernels run tile by tile, the last makes the output
     int in_place = -1;        ///< memory plan: the input position whose buffer the output may take over
 
@@ -222,5 +227,66 @@ struct Graph {
             check(id >= 0 && id < count && defined[static_cast<std::size_t>(id)], "graph output %", id, " is not defined");
     }
 };
+
+namespace detail {
+
+/// The text of attribute `key` in "key=value, key=value" attributes (a node's or a fused step's);
+/// empty when absent. A list value ("[a, b]") is read by parse_dims.
+[[nodiscard]] inline std::string_view attribute(std::string_view attributes, std::string_view key) {
+    std::string_view rest = attributes;
+    while (!rest.empty()) {
+        const std::size_t end = std::min(rest.find(", "), rest.size());
+        const std::string_view pair = rest.substr(0, end);
+        if (pair.size() > key.size() && pair.starts_with(key) && pair[key.size()] == '=') return pair.substr(key.size() + 1);
+        rest.remove_prefix(std::min(end + 2, rest.size()));
+    }
+    return {};
+}
+[[nodiscard]] inline std::string_view attribute(const node& n, std::string_view key) { return attribute(n.attributes, key); }
+
+[[noreturn]] inline void unreadable_attribute(std::string_view op, std::string_view attributes, std::string_view key) {
+    dl::detail::fail("dl::graph: node ", op, " has no readable attribute ", key, " in {", attributes, "}");
+}
+
+template <class V>
+[[nodiscard]] V parse_attribute(std::string_view op, std::string_view attributes, std::string_view key) {
+    const std::string_view text = attribute(attributes, key);
+    V v{};
+    if constexpr (std::is_same_v<V, bool>) {
+        if (text != "true" && text != "false") unreadable_attribute(op, attributes, key);
+        v = text == "true";
+    } else {
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || error != std::errc{} || end != text.data() + text.size()) unreadable_attribute(op, attributes, key);
+    }
+    return v;
+}
+template <class V>
+[[nodiscard]] V parse_attribute(const node& n, std::string_view key) {
+    return parse_attribute<V>(n.op, n.attributes, key);
+}
+
+/// A list attribute "key=[a, b, ...]" (as Dims print). The generic attribute() reader stops at the
+/// first ", ", which a list contains.
+[[nodiscard]] inline Dims parse_dims(const node& n, std::string_view key) {
+    const std::string_view text = n.attributes;
+    const std::string opening = std::string(key) + "=[";
+    std::size_t at = text.find(opening);
+    while (at != std::string_view::npos && at != 0 && text[at - 1] != ' ') at = text.find(opening, at + 1);
+    const std::size_t close = at == std::string_view::npos ? at : text.find(']', at);
+    if (close == std::string_view::npos) unreadable_attribute(n.op, n.attributes, key);
+    Dims dims;
+    for (std::size_t p = at + opening.size(); p < close;) {
+        std::int64_t v = 0;
+        const auto [end, error] = std::from_chars(text.data() + p, text.data() + close, v);
+        if (error != std::errc{} || dims.size() == max_rank) unreadable_attribute(n.op, n.attributes, key);
+        dims.push_back(v);
+        p = static_cast<std::size_t>(end - text.data());
+        if (p < close) p += 2;  // ", "
+    }
+    return dims;
+}
+
+}  // namespace detail
 
 }  // namespace dl::graph

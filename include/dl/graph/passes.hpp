@@ -300,11 +300,39 @@ inline void forget_unread(Graph& g) {
                     if (v.source != value_source::node || uses[static_cast<std::size_t>(in)] != 1) continue;
                     node& product = g.nodes[static_cast<std::size_t>(v.producer)];
                     const std::string none = "act=" + std::to_string(static_cast<int>(activation::none));
-                    if (!product.with_activation || !product.attributes.ends_with(none)) continue;
-                    product.kernel = product.with_activation(match->second);
+                    if (!product.with_epilogue || !product.attributes.ends_with(none)) continue;
+                    product.kernel = product.with_epilogue({.act = match->second});
                     product.attributes.replace(product.attributes.size() - none.size(), none.size(),
                                                "act=" + std::to_string(static_cast<int>(match->second)));
                     g.replace_uses(act.output, in);
+                    keep[i] = 0;
+                }
+                detail::keep_nodes(g, [&](int i) { return keep[static_cast<std::size_t>(i)] != 0; });
+            }};
+}
+
+/// conv2d followed by a 2×2, stride-2 max_pool2d (the usual CNN block) into one conv2d that pools in
+/// its epilogue (conv2d_options::max_pool): the convolution's output, four times the pool's, is never
+/// stored or read back. After epilogue_fusion, which folds the activation between them first.
+[[nodiscard]] inline pass pool_fusion() {
+    return {"pool_fusion", {"epilogue_fusion"}, {"memory_planning"}, [](Graph& g) {
+                const std::vector<int> uses = g.use_counts();
+                std::vector<char> keep(g.nodes.size(), 1);
+                for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+                    node& pool = g.nodes[i];
+                    const std::string_view stride = detail::attribute(pool, "stride");
+                    if (pool.op != "max_pool2d" || detail::attribute(pool, "kernel") != "2x2" || (stride != "0x0" && stride != "2x2") ||
+                        detail::attribute(pool, "padding") != "0x0")
+                        continue;
+                    const int in = pool.inputs[0];
+                    const value& v = g.values[static_cast<std::size_t>(in)];
+                    if (v.source != value_source::node || uses[static_cast<std::size_t>(in)] != 1) continue;
+                    node& conv = g.nodes[static_cast<std::size_t>(v.producer)];
+                    if (conv.op != "conv2d" || !conv.with_epilogue || !detail::attribute(conv, "max_pool").empty()) continue;
+                    const auto act = static_cast<activation>(detail::parse_attribute<int>(conv, "act"));
+                    conv.kernel = conv.with_epilogue({.act = act, .max_pool = 2});
+                    conv.attributes += ", max_pool=2";
+                    conv.output = pool.output;  // the convolution's own value is left unmade
                     keep[i] = 0;
                 }
                 detail::keep_nodes(g, [&](int i) { return keep[static_cast<std::size_t>(i)] != 0; });
@@ -380,6 +408,7 @@ inline void forget_unread(Graph& g) {
         .add(constant_folding())
         .add(dead_code_elimination())
         .add(epilogue_fusion())
+        .add(pool_fusion())
         .add(elementwise_fusion())
         .add(memory_planning());
     return m;

@@ -121,9 +121,10 @@ template <class Op, class... Slots>
     } else {
         using R = value_t<fn_node<Op, std::remove_cvref_t<decltype(slots.get({}))>...>>;
         if (dtype_of<R> != s.result) cannot_rebuild(s, "the functor makes another dtype");
-        return [op, tuple = std::tuple{slots...}](const tile_operand* in, void* out, std::int64_t count) {
-            autograd::detail::run_tile<R, Op>(op, static_cast<R*>(out), count, in, tuple);
-        };
+        return {[op, tuple = std::tuple{slots...}](const tile_operand* in, void* out, std::int64_t count) {
+                    autograd::detail::run_tile<R, Op>(op, static_cast<R*>(out), count, in, tuple);
+                },
+                Op::cost};
     }
 }
 
@@ -365,7 +366,7 @@ template <class... Types>
             if (op == "conv2d")
                 return conv2d(x(0), x(1), x(2),
                               conv2d_options{parse_extent(n, "stride"), parse_extent(n, "padding"), parse_extent(n, "dilation"),
-                                             integer("groups"), act()});
+                                             integer("groups"), act(), attribute(n, "max_pool").empty() ? 0 : integer("max_pool")});
             if (op == "max_pool2d") return max_pool2d(x(0), pool());
             if (op == "avg_pool2d") return avg_pool2d(x(0), pool());
             if (op == "adaptive_avg_pool2d") return adaptive_avg_pool2d(x(0), parse_extent(n, "output"));
@@ -683,7 +684,7 @@ template <class T = float, class... More>
                 dl::detail::fail("dl::graph::load: ", at, " (", n.op, ") makes ", dtype_name(detail::dtype_of_any(capture.ops[0].output)), " ",
                     detail::shape_of_any(capture.ops[0].output), ", the file says ", g.describe_type(n.output));
             n.kernel = std::move(capture.ops[0].kernel);
-            n.with_activation = std::move(capture.ops[0].with_activation);
+            n.with_epilogue = std::move(capture.ops[0].with_epilogue);
         }
     }
     try {

@@ -59,7 +59,7 @@ public:
         n.kind = op.kind;
         n.kernel = std::move(op.kernel);
         n.tile = std::move(op.tile);
-        n.with_activation = std::move(op.with_activation);
+        n.with_epilogue = std::move(op.with_epilogue);
         bool batched = false;
         for (const auto& in : op.inputs) {
             const int id = value_for(in);

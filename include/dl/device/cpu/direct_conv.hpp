@@ -130,6 +130,89 @@ void direct_conv(const T* x, const std::array<std::int64_t, 4>& xs, const direct
     });
 }
 
+/// Image n of x (read through its strides xs) into dst [C][Hp][2][Wh], Wh = ⌈Wp / 2⌉: each zero-padded
+/// row split into its even and its odd columns. Output column 2k + p then reads window column j at
+/// parity (p + j) mod 2, index k + (p + j) / 2: consecutive k are consecutive in memory for both
+/// parities, so a vector of outputs at even (or odd) columns loads its taps whole.
+template <class T>
+void pad_image_split(const T* x, const std::array<std::int64_t, 4>& xs, const direct_conv_shape& s, std::int64_t n, T* dst) {
+    const std::int64_t hp = s.padded_h(), wh = (s.padded_w() + 1) / 2;
+    std::fill_n(dst, s.in_channels * hp * 2 * wh, T(0));
+    for (std::int64_t c = 0; c < s.in_channels; ++c)
+        for (std::int64_t y = 0; y < s.h; ++y) {
+            const T* src = x + n * xs[0] + c * xs[1] + y * xs[2];
+            T* row = dst + (c * hp + y + s.pad_h) * 2 * wh;
+            for (std::int64_t parity = 0; parity < 2; ++parity) {  // a loop per half: no scatter
+                T* half = row + parity * wh;
+                for (std::int64_t k = (parity + s.pad_w) % 2; k < s.w; k += 2) half[(k + s.pad_w) >> 1] = src[k * xs[3]];
+            }
+        }
+}
+
+/// out [N, O, OH / 2, OW / 2] (contiguous) = the 2×2 stride-2 max pool of act(conv(x, w) + bias), as
+/// max_pool2d(direct_conv(...)) gives it bit for bit, without the convolution's output ever reaching
+/// memory: the four outputs of each window are summed as direct_conv sums them (even and odd columns
+/// from the split rows of pad_image_split), staged per output channel, and reduced in the window's
+/// order. Requires OH, OW ≥ 2; a vector of pooled outputs may run past the row (its lanes read the
+/// buffer's zero tail or the next row, and are overwritten or not stored).
+template <class T>
+void direct_conv_max_pool(const T* x, const std::array<std::int64_t, 4>& xs, const direct_conv_shape& s, const T* w,
+                          const T* bias, activation act, T* out, Context& ctx) {
+    using V = direct_conv_vector<T>;
+    constexpr int W = simd::width<T>;
+    const std::int64_t O = s.out_channels, PH = s.oh() / 2, PW = s.ow() / 2, hp = s.padded_h(), wh = (s.padded_w() + 1) / 2;
+    const prof::op_scope scope(ctx, "conv2d_direct", 2.0 * double(s.images * O * 4 * PH * PW * s.taps()),
+                               double(sizeof(T)) * double(s.images) * double(s.in_channels * s.h * s.w + O * PH * PW));
+    with_direct_conv_taps(s.taps(), [&](auto taps) {
+        constexpr int Taps = taps.value;
+        std::array<std::array<std::int64_t, Taps>, 2> off{};  // [output column parity][tap]
+        for (std::int64_t p = 0; p < 2; ++p)
+            for (std::int64_t c = 0, t = 0; c < s.in_channels; ++c)
+                for (std::int64_t i = 0; i < s.kh; ++i)
+                    for (std::int64_t j = 0; j < s.kw; ++j, ++t)
+                        off[std::size_t(p)][std::size_t(t)] = ((c * hp + i) * 2 + (p + j) % 2) * wh + (p + j) / 2;
+        with_activation(act, [&](auto a) {
+            ctx.parallel_for(s.images, [&](std::int64_t n) {
+                thread_local std::vector<T> padded, staged;
+                padded.resize(std::size_t(s.in_channels * hp * 2 * wh + 2 * W + s.kw));
+                std::fill(padded.end() - (2 * W + s.kw), padded.end(), T(0));
+                staged.resize(std::size_t(O * 4 * W));
+                pad_image_split(x, xs, s, n, padded.data());
+                for (std::int64_t py = 0; py < PH; ++py)
+                    for (std::int64_t k0 = 0; k0 < PW; k0 += W) {
+                        for (int q = 0; q < 4; ++q) {  // the window's outputs in row-major order
+                            const int r = q / 2, p = q % 2;
+                            const T* at = padded.data() + (2 * py + r) * 2 * wh + k0;
+                            V in[Taps];
+#pragma GCC unroll 32
+                            for (int t = 0; t < Taps; ++t) in[t] = simd::load_as<V>(at + off[std::size_t(p)][std::size_t(t)]);
+                            for (std::int64_t o = 0; o < O; ++o) {
+                                const T* wo = w + o * Taps;
+                                V acc(bias ? bias[o] : T(0));
+#pragma GCC unroll 32
+                                for (int t = 0; t < Taps; ++t) acc = simd::fma(V(wo[t]), in[t], acc);
+                                simd::store_as(staged.data() + (o * 4 + q) * W, activate<a.value>(acc));
+                            }
+                        }
+                        // A whole vector where its lanes past the row stay in the plane: the next row,
+                        // written after this one, overwrites them.
+                        const bool whole = (py * PW + k0 + W <= PH * PW);
+                        for (std::int64_t o = 0; o < O; ++o) {
+                            const T* st = staged.data() + o * 4 * W;
+                            const V best = window_max(simd::load_as<V>(st), simd::load_as<V>(st + W),
+                                                      simd::load_as<V>(st + 2 * W), simd::load_as<V>(st + 3 * W));
+                            T* dst = out + ((n * O + o) * PH + py) * PW + k0;
+                            if (whole)
+                                simd::store_as(dst, best);
+                            else
+                                simd::store_first_as(dst, best, PW - k0);
+                        }
+                    }
+            });
+        });
+    });
+}
+
 /// dw [O][C][kh][kw] = the weight gradient of direct_conv for the output gradient gy (contiguous
 /// [N, O, OH, OW]). Images are summed in `chunks` fixed ranges (a number that must not depend on the
 /// thread count), each chunk in vector lanes, then the chunks in order.

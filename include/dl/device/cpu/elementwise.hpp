@@ -21,6 +21,13 @@ namespace detail {
 /// Work (elements x op cost) below which threads cost more than they save.
 inline constexpr std::int64_t parallel_threshold_work = std::int64_t{1} << 16;
 
+/// How many threads an elementwise loop of `work` (elements x op cost) is worth: one below
+/// parallel_threshold_work, then one more per half of it, up to `threads`.
+[[nodiscard]] inline std::int64_t parallel_chunks(std::int64_t work, int threads) noexcept {
+    if (threads <= 1 || work < parallel_threshold_work) return 1;
+    return std::min<std::int64_t>(threads, work / (parallel_threshold_work / 2));
+}
+
 /// Byte range [lo, hi) that a tensor's elements span.
 template <class T>
 [[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> byte_span(const Tensor<T>& t) {
@@ -91,8 +98,17 @@ DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int
             T& o = out[j * out_stride];
             o = accumulate ? static_cast<T>(static_cast<C>(o) + static_cast<C>(ev.get(j))) : static_cast<T>(ev.get(j));
         }
-    } else {
+    }
 #ifndef DL_NO_SIMD
+    else if constexpr (std::is_same_v<T, bool>) {  // a comparison's masks; assign() refuses to add into bool
+        constexpr int W = simd::width<typename simd_lane<Eval>::type>;
+        for (; j + W <= end; j += W) simd::store_mask(out + j, ev.load(j));
+        if (j < end) {
+            alignas(64) bool buf[W];
+            simd::store_mask(buf, ev.load_partial(j, end - j));
+            std::copy_n(buf, end - j, out + j);
+        }
+    } else {
         constexpr int W = simd::width<C>;
         auto partial = [&](std::int64_t n) {
             alignas(64) C buf[W];
@@ -103,13 +119,12 @@ DL_INLINE void run_row(T* out, std::int64_t out_stride, const Eval& ev, std::int
         };
         for (; j + W <= end; j += W) {
             auto v = ev.load(j);
-            if constexpr (!std::is_same_v<T, bool>)  // assign() refuses to add into bool
-                if (accumulate) v += simd::load_compute(out + j);
+            if (accumulate) v += simd::load_compute(out + j);
             simd::store_compute(out + j, v);
         }
         if (j < end) partial(end - j);
-#endif
     }
+#endif
 }
 
 /// Evaluates elements [begin, end) of the flattened (coalesced) output.
@@ -148,13 +163,11 @@ template <class E, class T, class Eval>
                                      bool accumulate) {
     const std::int64_t n = out.numel();
     auto run = [&]<row_kernel Kind>() {
-        constexpr std::int64_t cost = cost_of<E> + 1;
-        const int threads = out.context().concurrency();
-        if (threads <= 1 || n * cost < parallel_threshold_work) {
+        const std::int64_t chunks = parallel_chunks(n * (cost_of<E> + 1), out.context().concurrency());
+        if (chunks == 1) {
             run_range<Kind>(out.data(), shape, out_strides, ev, 0, n, accumulate);
             return;
         }
-        const std::int64_t chunks = std::min<std::int64_t>(threads, n * cost / (parallel_threshold_work / 2));
         const std::int64_t chunk = ((n + chunks - 1) / chunks + 63) & ~std::int64_t{63};  // whole cache lines
         out.context().parallel_for(chunks, [&](std::int64_t i) {
             const std::int64_t begin = std::min(n, i * chunk), end = std::min(n, begin + chunk);

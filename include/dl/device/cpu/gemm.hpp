@@ -76,6 +76,26 @@ DL_INLINE V activate(const V& x) noexcept {
     else return x;
 }
 
+/// Whether v replaces best as a window's maximum: a NaN wins over numbers, else only a larger value,
+/// so ties keep the first in row-major window order (as PyTorch). Scalars or batches.
+template <class V>
+DL_INLINE auto beats(const V& v, const V& best) {
+    return (v > best) | (simd::is_nan(v) & !simd::is_nan(best));
+}
+/// The maximum of a 2×2 window given in row-major order, as max_pool2d takes it (see beats). Batches
+/// take three maxps, which keep the earlier of equal values but not a later NaN: lanes that might
+/// hold one (the four sum to NaN) go through beats.
+template <class V>
+DL_INLINE V window_max(const V& top_left, const V& top_right, const V& bottom_left, const V& bottom_right) {
+    if constexpr (simd::is_batch<V>)
+        if (!xsimd::any(simd::is_nan(top_left + top_right + bottom_left + bottom_right)))
+            return simd::max(bottom_right, simd::max(bottom_left, simd::max(top_right, top_left)));
+    V best = top_left;
+    best = simd::select(beats(top_right, best), top_right, best);
+    best = simd::select(beats(bottom_left, best), bottom_left, best);
+    return simd::select(beats(bottom_right, best), bottom_right, best);
+}
+
 /// Calls f(std::integral_constant<activation, act>) so that the activation is a compile-time choice
 /// inside f.
 template <class F>

@@ -408,26 +408,33 @@ void winograd_input(const T* x, const std::array<std::int64_t, 4>& xs, const win
 /// each output row's left and right columns interleaved by one permute and stored with one masked
 /// store (clipped at odd edges). Going through a buffer of the block's outputs instead read vectors
 /// that straddled stores still in flight. Returns whether every output before the activation is
-/// finite (see winograd_conv3x3).
+/// finite (see winograd_conv3x3). `pool`: out takes the 2×2 max pool of the outputs instead, one value
+/// per whole tile, stored as it is (a tile's lane is its pooled column).
 inline bool winograd_output_rows(const float* m, std::int64_t ms, std::int64_t npad, const std::vector<winograd_run>& runs,
-                                 const winograd_shape& s, const float* bias, activation act, float* out) {
+                                 const winograd_shape& s, const float* bias, activation act, bool pool, float* out) {
     // 8 lanes, one per tile: half-width vectors run at twice the rate of full ones on cores that
     // split 512-bit operations in two, and a piece has at most 8 tiles.
     using H = xsimd::batch<float, xsimd::avx2>;
     using F = xsimd::batch<float>;
-    const std::int64_t O = s.out_channels, OH = s.oh(), OW = s.ow();
+    const std::int64_t O = s.out_channels, OH = s.oh(), OW = s.ow(), PH = OH / 2, PW = OW / 2;
     struct piece {
         std::int64_t out, at;  // out's offset of its first output (channel 0), M's of its first tile
         __mmask8 tiles;        // its lanes
-        __mmask16 columns;     // the interleaved outputs inside the image
+        __mmask16 columns;     // the interleaved outputs inside the image; pooling: the whole tiles' lanes
         bool second;           // an odd height clips the last tile row
     };
     thread_local std::vector<piece> pieces;
     pieces.clear();
     for_each_piece(runs, 8, npad, [&](const winograd_run& run, std::int64_t tx, std::int64_t len, std::int64_t k) {
-        pieces.push_back({(run.image * O * OH + 2 * run.ty) * OW + 2 * tx, k, __mmask8((1u << len) - 1),
-                          __mmask16((1u << std::min<std::int64_t>(2 * len, OW - 2 * tx)) - 1), 2 * run.ty + 1 < OH});
+        const __mmask8 tiles((1u << len) - 1);
+        if (!pool)
+            pieces.push_back({(run.image * O * OH + 2 * run.ty) * OW + 2 * tx, k, tiles,
+                              __mmask16((1u << std::min<std::int64_t>(2 * len, OW - 2 * tx)) - 1), 2 * run.ty + 1 < OH});
+        else if (run.ty < PH && tx < PW)  // the floor of an odd size drops the clipped tiles
+            pieces.push_back({(run.image * O * PH + run.ty) * PW + tx, k, tiles,
+                              __mmask16((1u << std::min(len, PW - tx)) - 1), true});
     });
+    const std::int64_t plane = pool ? PH * PW : OH * OW;
     const __m512i zip = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     H poison(0.0f);  // sums y − y: 0 while the outputs are finite, NaN after an Inf or a NaN
     with_activation(act, [&](auto a) {
@@ -451,13 +458,16 @@ inline bool winograd_output_rows(const float* m, std::int64_t ms, std::int64_t n
                     y[1][j] = q[1][j] - q[2][j] - q[3][j] + b;
                     poison += (y[0][j] - y[0][j]) + (y[1][j] - y[1][j]);
                 }
-                float* dst = out + o * OH * OW + p.out;
-                for (int r = 0; r < (p.second ? 2 : 1); ++r) {
-                    // The activations are written for full vectors: the columns widened, the upper half zero.
-                    const F left = activate<a.value>(F(_mm512_zextps256_ps512(y[r][0])));
-                    const F right = activate<a.value>(F(_mm512_zextps256_ps512(y[r][1])));
-                    _mm512_mask_storeu_ps(dst + r * OW, p.columns, _mm512_permutex2var_ps(left, zip, right));
+                float* dst = out + o * plane + p.out;
+                // The activations are written for full vectors: the columns widened, the upper half zero.
+                auto activated = [&](const H& v) { return activate<a.value>(F(_mm512_zextps256_ps512(v))); };
+                if (pool) {
+                    const F best = window_max(activated(y[0][0]), activated(y[0][1]), activated(y[1][0]), activated(y[1][1]));
+                    _mm256_mask_storeu_ps(dst, static_cast<__mmask8>(p.columns), _mm512_castps512_ps256(best));
+                    continue;
                 }
+                for (int r = 0; r < (p.second ? 2 : 1); ++r)
+                    _mm512_mask_storeu_ps(dst + r * OW, p.columns, _mm512_permutex2var_ps(activated(y[r][0]), zip, activated(y[r][1])));
             }
         }
     });
@@ -470,10 +480,13 @@ inline bool winograd_output_rows(const float* m, std::int64_t ms, std::int64_t n
 /// [N, O, OH, OW]. Returns false when an output before the activation is not finite: the transforms
 /// spread a NaN or Inf of x or w over the whole 2×2 tile (and Inf − Inf makes NaN), so such outputs do
 /// not say which windows held it; the caller then computes the convolution by its definition.
+/// `pool`: out is [N, O, OH / 2, OW / 2] instead, the 2×2 stride-2 max pool of those outputs, each
+/// window one tile, taken from registers (max_pool2d's maxima and ties, see beats).
 template <class T>
 [[nodiscard]] bool winograd_conv3x3(const T* x, std::array<std::int64_t, 4> xs, const winograd_shape& s,
-                                    const std::vector<T>& u, T* out, const T* bias, activation act, Context& ctx) {
-    const std::int64_t C = s.in_channels, O = s.out_channels, OH = s.oh(), OW = s.ow();
+                                    const std::vector<T>& u, T* out, const T* bias, activation act, Context& ctx,
+                                    bool pool = false) {
+    const std::int64_t C = s.in_channels, O = s.out_channels, OH = s.oh(), OW = s.ow(), PH = OH / 2, PW = OW / 2;
     const std::int64_t TX = s.tile_cols(), tiles = s.images * s.tile_rows() * TX;
     if (tiles == 0 || O == 0) return true;
     const prof::op_scope scope(ctx, "conv2d_winograd", 2.0 * 16 * double(O) * double(C) * double(tiles),
@@ -507,7 +520,7 @@ template <class T>
 
 #if DL_WINOGRAD_ROWS
         if constexpr (std::is_same_v<T, float>) {
-            block_finite[std::size_t(block)] = winograd_output_rows(m, ms, npad, runs, s, bias, act, out);
+            block_finite[std::size_t(block)] = winograd_output_rows(m, ms, npad, runs, s, bias, act, pool, out);
             return;
         }
 #endif
@@ -544,6 +557,14 @@ template <class T>
                     else poison += seen;
                 });
                 for (const winograd_run& run : runs) {
+                    if (pool) {  // the floor of an odd size drops the clipped tiles
+                        if (run.ty >= PH) continue;
+                        T* dst = out + ((run.image * O + o) * PH + run.ty) * PW;
+                        const T* tile = ys + run.at - run.tx0;
+                        for (std::int64_t tx = run.tx0; tx < std::min(run.tx1, PW); ++tx)
+                            dst[tx] = window_max(tile[tx], tile[npad + tx], tile[2 * npad + tx], tile[3 * npad + tx]);
+                        continue;
+                    }
                     const std::int64_t last = std::min(OW, 2 * run.tx1);  // an odd width drops the last column
                     for (int r = 0; r < 2 && 2 * run.ty + r < OH; ++r) {
                         T* dst = out + ((run.image * O + o) * OH + 2 * run.ty + r) * OW;
