@@ -3,6 +3,7 @@
 #include "support.hpp"
 
 #include <atomic>
+#include <cstring>
 #include <new>
 
 namespace {
@@ -63,6 +64,30 @@ TEST_CASE("adam and adamw follow their reference updates over a SIMD batch and a
             }
         }
         for (int i = 0; i < n; ++i) CHECK(p(i) == doctest::Approx(ref_d[i]).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("an update large enough to be split over threads gives the same bits on 1 and 2 threads") {
+    // 2^17 + 5 elements: over the threshold at which an optimizer splits a parameter over the
+    // Context's threads, with a scalar tail. Adam's update (four streams) and SGD's (two).
+    const std::int64_t n = (std::int64_t{1} << 17) + 5;
+    auto train = [&](int threads, bool use_adam) {
+        dl::Context c({.seed = 11, .threads = threads});
+        Tensor<float> p = dl::normal<float>({n}, 0, 1, c).requires_grad_();
+        const Tensor<float> target = dl::normal<float>({n}, 0, 1, c);
+        dl::nn::adam<float> adam({p}, {.lr = 0.01});
+        dl::nn::sgd<float> sgd({p}, {.lr = 0.1, .momentum = 0.9});
+        for (int step = 0; step < 3; ++step) {
+            dl::nn::zero_grad(std::vector{p}, true);
+            dl::sum(dl::square(p - target)).backward();
+            use_adam ? adam.step() : sgd.step();
+        }
+        return dl_test::to_vector(p);
+    };
+    for (bool use_adam : {true, false}) {
+        const auto one = train(1, use_adam), two = train(2, use_adam);
+        REQUIRE(one.size() == static_cast<std::size_t>(n));
+        CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
     }
 }
 

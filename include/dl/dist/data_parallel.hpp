@@ -177,6 +177,8 @@ public:
         std::vector<std::vector<autograd::any_tensor>> outputs(static_cast<std::size_t>(n));
         std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
         std::atomic<int> first_failure{-1};
+        // As in graph::train_step: the last step's gradients go back to the allocator while warm.
+        for (const auto& p : parameters_) autograd::node_of(p)->drop_grad();
         {
             // Ops reading the shared parameters may consult their Context's autograd state.
             const no_grad off(context_);
@@ -265,6 +267,7 @@ public:
             if (all_rows == 0) dl::detail::fail("dl::dist::distributed_step: the global batch is empty");
             const autograd::any_tensor in[] = {autograd::any_tensor(batch)...,
                                                full<float>({}, static_cast<float>(static_cast<double>(rows) / all_rows), context_)};
+            for (const auto& p : parameters_) autograd::node_of(p)->drop_grad();  // as in graph::train_step
             const auto out = function_.run(in);
             for (std::size_t i = 0; i < parameters_.size(); ++i)
                 autograd::node_of(parameters_[i])->grad = std::get<Tensor<float>>(out[1 + i]);

@@ -302,6 +302,11 @@ public:
     /// Runs forward and backward in the graph on one batch, then the optimizer's step; returns the loss.
     template <class... T>
     Tensor<float> operator()(const Tensor<T>&... batch) {
+        // The last step's gradients stay readable until now. Dropped before the run, their buffers go
+        // back to the allocator's cache while still warm, and the graph writes the new gradients into
+        // them: kept, each gradient would alternate between two buffers, the colder one each time
+        // (784x256 at batch 32: its product ran ~20 us slower writing into a cold 800 KB).
+        for (const auto& p : parameters_) autograd::node_of(p)->drop_grad();
         const any_tensor in[] = {any_tensor(batch)...};
         const auto out = function_.run(std::span<const any_tensor>(in, sizeof...(T)));
         // The graph made each gradient whole: it becomes the parameter's gradient as it is, with no

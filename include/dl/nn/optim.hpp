@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../autograd/node.hpp"
+#include "../device/cpu/elementwise.hpp"
 #include "../expr/math.hpp"
 
 namespace dl::nn {
@@ -22,35 +23,45 @@ namespace detail {
 /// Runs update(V& p, V g, V& state...) over the elements of a contiguous parameter (or master copy),
 /// its gradient (of the parameter's element type, widened on load and multiplied by `grad_scale`) and
 /// its state tensors (same shape), on SIMD batches and then one scalar tail: ONE pass over memory.
+/// A large parameter's elements are split over the Context's threads, as an eager loop would split
+/// them; chunks start on whole cache lines, so the same elements take the scalar tail whatever the
+/// thread count, and results do not depend on it.
 template <class C, class G, class Update, class... State>
     requires(std::is_same_v<State, Tensor<C>> && ...)
 void for_each_element(Tensor<C>& p, const Tensor<G>& g, C grad_scale, Update update, State&... state) {
     const std::int64_t n = p.numel();
     C* pd = p.data();
     const G* gd = g.data();
-    std::int64_t i = 0;
+    auto run_range = [&](std::int64_t i, std::int64_t end) {
 #ifndef DL_NO_SIMD
-    if constexpr (simd::has_batch<C>) {
-        constexpr int W = simd::width<C>;
-        const simd::batch<C> scale(grad_scale);
-        for (; i + W <= n; i += W) {
-            auto pv = simd::load(pd + i);
-            [&](auto... sv) {
-                update(pv, simd::load_compute(gd + i) * scale, sv...);
-                (simd::store(state.data() + i, sv), ...);
-            }(simd::load(state.data() + i)...);
-            simd::store(pd + i, pv);
+        if constexpr (simd::has_batch<C>) {
+            constexpr int W = simd::width<C>;
+            const simd::batch<C> scale(grad_scale);
+            for (; i + W <= end; i += W) {
+                auto pv = simd::load(pd + i);
+                [&](auto... sv) {
+                    update(pv, simd::load_compute(gd + i) * scale, sv...);
+                    (simd::store(state.data() + i, sv), ...);
+                }(simd::load(state.data() + i)...);
+                simd::store(pd + i, pv);
+            }
         }
-    }
 #endif
-    for (; i < n; ++i) {
-        C pv = pd[i];
-        [&](auto... sv) {
-            update(pv, static_cast<C>(gd[i]) * grad_scale, sv...);
-            ((state.data()[i] = sv), ...);
-        }(state.data()[i]...);
-        pd[i] = pv;
-    }
+        for (; i < end; ++i) {
+            C pv = pd[i];
+            [&](auto... sv) {
+                update(pv, static_cast<C>(gd[i]) * grad_scale, sv...);
+                ((state.data()[i] = sv), ...);
+            }(state.data()[i]...);
+            pd[i] = pv;
+        }
+    };
+    // Work per element: the streams read and written (parameter, gradient, each state).
+    const std::int64_t chunks = dl::detail::parallel_chunks(n * (2 + static_cast<std::int64_t>(sizeof...(State))),
+                                                            p.context().concurrency());
+    if (chunks == 1) return run_range(0, n);
+    const std::int64_t chunk = ((n + chunks - 1) / chunks + 63) & ~std::int64_t{63};
+    p.context().parallel_for(chunks, [&](std::int64_t c) { run_range(std::min(n, c * chunk), std::min(n, (c + 1) * chunk)); });
 }
 
 template <class T>
