@@ -137,9 +137,17 @@ TEST_CASE("graph training: a graph step moves the parameters as the eager loop d
         Tensor<float> eager_loss = dl::nn::cross_entropy(eager_model(x), labels(batch, eager_ctx));
         eager_loss.backward();
         eager_opt.step();
+        std::vector<Tensor<float>> eager_grads;
+        for (const auto& p : dl::nn::parameters(eager_model)) eager_grads.push_back(p.grad().clone());
         eager_opt.zero_grad();
         const Tensor<float> graph_loss = step(Tensor<float>(x_copy.contiguous()), labels(batch, graph_ctx));
         CHECK(graph_loss.item() == doctest::Approx(eager_loss.item()).epsilon(1e-5));
+        // The step's gradients stay readable until the next step (which drops them before it runs).
+        const auto graph_params = dl::nn::parameters(graph_model);
+        for (std::size_t k = 0; k < graph_params.size(); ++k) {
+            REQUIRE(graph_params[k].grad().defined());
+            CHECK(dl_test::same_elements(graph_params[k].grad(), eager_grads[k], 1e-4));
+        }
     }
     const auto eager_params = dl::nn::parameters(eager_model), graph_params = dl::nn::parameters(graph_model);
     REQUIRE(eager_params.size() == graph_params.size());
