@@ -24,8 +24,8 @@ namespace detail {
 /// its gradient (of the parameter's element type, widened on load and multiplied by `grad_scale`) and
 /// its state tensors (same shape), on SIMD batches and then one scalar tail: ONE pass over memory.
 /// A large parameter's elements are split over the Context's threads, as an eager loop would split
-/// them; chunks start on whole cache lines, so the same elements take the scalar tail whatever the
-/// thread count, and results do not depend on it.
+/// them (chunk_length: only the array's own tail takes the scalar path), so results do not depend on
+/// the thread count.
 template <class C, class G, class Update, class... State>
     requires(std::is_same_v<State, Tensor<C>> && ...)
 void for_each_element(Tensor<C>& p, const Tensor<G>& g, C grad_scale, Update update, State&... state) {
@@ -60,7 +60,7 @@ void for_each_element(Tensor<C>& p, const Tensor<G>& g, C grad_scale, Update upd
     const std::int64_t chunks = dl::detail::parallel_chunks(n * (2 + static_cast<std::int64_t>(sizeof...(State))),
                                                             p.context().concurrency());
     if (chunks == 1) return run_range(0, n);
-    const std::int64_t chunk = ((n + chunks - 1) / chunks + 63) & ~std::int64_t{63};
+    const std::int64_t chunk = dl::detail::chunk_length(n, chunks);
     p.context().parallel_for(chunks, [&](std::int64_t c) { run_range(std::min(n, c * chunk), std::min(n, (c + 1) * chunk)); });
 }
 

@@ -28,6 +28,12 @@ inline constexpr std::int64_t parallel_threshold_work = std::int64_t{1} << 16;
     return std::min<std::int64_t>(threads, work / (parallel_threshold_work / 2));
 }
 
+/// Elements per chunk when n elements are split into `chunks`: a multiple of 64, so every chunk but the
+/// last starts and ends on whole cache lines and SIMD batches, whatever the element type.
+[[nodiscard]] inline std::int64_t chunk_length(std::int64_t n, std::int64_t chunks) noexcept {
+    return ((n + chunks - 1) / chunks + 63) & ~std::int64_t{63};
+}
+
 /// Byte range [lo, hi) that a tensor's elements span.
 template <class T>
 [[nodiscard]] std::pair<std::uintptr_t, std::uintptr_t> byte_span(const Tensor<T>& t) {
@@ -168,7 +174,7 @@ template <class E, class T, class Eval>
             run_range<Kind>(out.data(), shape, out_strides, ev, 0, n, accumulate);
             return;
         }
-        const std::int64_t chunk = ((n + chunks - 1) / chunks + 63) & ~std::int64_t{63};  // whole cache lines
+        const std::int64_t chunk = chunk_length(n, chunks);
         out.context().parallel_for(chunks, [&](std::int64_t i) {
             const std::int64_t begin = std::min(n, i * chunk), end = std::min(n, begin + chunk);
             if (begin < end) run_range<Kind>(out.data(), shape, out_strides, ev, begin, end, accumulate);
