@@ -59,11 +59,30 @@ def family_and_args(name):
     return family, args
 
 
+def repeated(rows):
+    """The rows to show, and each one's coefficient of variation of real time ({} without repetitions).
+
+    With repetitions (scripts/bench runs 5: this host is shared and its speed moves by a third within
+    minutes), each benchmark's median, under the benchmark's own name, so that names stay comparable
+    from run to run; a run that kept the single repetitions shows the aggregates as they are."""
+    aggregates = [r for r in rows if r.get("run_type") == "aggregate"]
+    if not aggregates:
+        return rows, {}
+    medians = [dict(r, name=r["run_name"]) for r in aggregates if r.get("aggregate_name") == "median"]
+    # Interleaved repetitions report in the order they finished: back to the binary's own order.
+    medians.sort(key=lambda r: (r.get("family_index", 0), r.get("per_family_instance_index", 0)))
+    if not medians:
+        return aggregates, {}
+    return medians, {r["run_name"]: r["real_time"] for r in aggregates if r.get("aggregate_name") == "cv"}
+
+
+def repetitions(data):
+    return max((r.get("repetitions", 1) for r in data.get("benchmarks", [])
+                if r.get("run_type") == "aggregate"), default=1)
+
+
 def table(data, ratio_to=()):
-    rows = data.get("benchmarks", [])
-    # With repetitions, the aggregates (mean, median, stddev) are the numbers worth keeping.
-    if any(r.get("run_type") == "aggregate" for r in rows):
-        rows = [r for r in rows if r.get("run_type") == "aggregate"]
+    rows, spread = repeated(data.get("benchmarks", []))
     counters = []
     for r in rows:
         for k in r:
@@ -73,7 +92,7 @@ def table(data, ratio_to=()):
 
     by_name = {family_and_args(r["name"]): r for r in rows}
     head = ["benchmark", "real time", "cpu time"] + [HEADINGS.get(k, k) for k in counters] + \
-        [f"÷ {b}" for b in ratio_to]
+        (["cv"] if spread else []) + [f"÷ {b}" for b in ratio_to]
     lines = ["| " + " | ".join(head) + " |",
              "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in rows:
@@ -87,6 +106,9 @@ def table(data, ratio_to=()):
             else:
                 cells = [f"{r['real_time']:.4g} {unit}", f"{r['cpu_time']:.4g} {unit}"]
             cells += [fmt_counter(k, r[k]) if k in r else "" for k in counters]
+            if spread:
+                cv = spread.get(r["name"])
+                cells.append(f"{cv * 100:.1f}%" if cv is not None else "")
             for b in ratio_to:
                 base = by_name.get((b, family_and_args(r["name"])[1]))
                 ok = base is not None and rate(base) and rate(r) is not None
@@ -116,6 +138,8 @@ def section(name, command, data, ratio_to=()):
         f"- date: {when}",
         f"- command: `{command}`",
         f"- CPU: {cpu_model()} ({ctx.get('num_cpus', '?')} logical CPUs)",
+    ] + ([f"- medians of {repetitions(data)} repetitions; cv: their real times' coefficient of variation"]
+         if repetitions(data) > 1 else []) + [
         "",
         table(data, ratio_to),
         f"<!-- bench:{name}:end -->",
