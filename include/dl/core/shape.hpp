@@ -27,7 +27,7 @@ public:
         return d;
     }
 
-    [[nodiscard]] constexpr int size() const noexcept { return rank_; }
+    [[nodiscard]] constexpr int size() const noexcept { return static_cast<int>(rank_); }
     [[nodiscard]] constexpr bool empty() const noexcept { return rank_ == 0; }
     [[nodiscard]] constexpr std::int64_t& operator[](int i) noexcept { return v_[static_cast<std::size_t>(i)]; }
     [[nodiscard]] constexpr std::int64_t operator[](int i) const noexcept { return v_[static_cast<std::size_t>(i)]; }
@@ -43,7 +43,7 @@ public:
     }
     constexpr void insert(int pos, std::int64_t value) {
         push_back(0);
-        for (int i = rank_ - 1; i > pos; --i) (*this)[i] = (*this)[i - 1];
+        for (int i = size() - 1; i > pos; --i) (*this)[i] = (*this)[i - 1];
         (*this)[pos] = value;
     }
     constexpr void erase(int pos) {
@@ -52,7 +52,7 @@ public:
     }
     constexpr void resize(int rank, std::int64_t value = 0) {
         if (rank < 0 || rank > max_rank) detail::fail("dl: rank ", rank, " outside [0, ", max_rank, "]");
-        for (int i = rank_; i < rank; ++i) v_[static_cast<std::size_t>(i)] = value;
+        for (int i = size(); i < rank; ++i) v_[static_cast<std::size_t>(i)] = value;
         rank_ = rank;
     }
 
@@ -82,7 +82,10 @@ private:
         for (; first != last; ++first) push_back(*first);
     }
     std::array<std::int64_t, max_rank> v_{};
-    int rank_ = 0;
+    // 8 bytes, not an int and 4 of padding: GCC copies a Dims by 8-byte words, and such a load of a
+    // rank just written by a 4-byte store cannot be forwarded from the store, a stall on each tensor
+    // or view made from a fresh one (batch-1 SGD step of the 16-64-64-4 MLP: 4.03 -> 3.80 us).
+    std::int64_t rank_ = 0;
 };
 
 using Shape = Dims;
