@@ -33,7 +33,7 @@ void for_each_element(Tensor<C>& p, const Tensor<G>& g, C grad_scale, Update upd
     // The loop runs on copies of the pointers and of `update` (whose captures must be by value): the
     // originals escape into parallel_for, and an intrinsic store may alias anything that escaped, so
     // GCC reloaded every pointer and captured scalar on every vector. SGD on the 16-64-64-4 MLP spent
-    // 660 ns per step here instead of ~100.
+    // 660 ns per step in this loop, 420 ns with the copies (the rest: L2 traffic).
     auto run_range = [&](std::int64_t begin, std::int64_t end) {
         [begin, end, f = update, pd = p.data(), gd = g.data(), grad_scale](auto*... sd) mutable {
             std::int64_t i = begin;
