@@ -275,6 +275,43 @@ struct derivative {
     }
 };
 
+/// The functors whose ops take their operands by name alone (plus attributes such as leaky_relu's
+/// slope): what a loaded graph (graph/serialize.hpp) and generated kernels (graph/codegen.hpp) name.
+template <class... Op>
+struct op_list {};
+using unary_functors =
+    op_list<neg, square, sqrt, rsqrt, reciprocal, exp, exp2, log, log2, log1p, expm1, sin, cos, tanh, sigmoid,
+            silu, softplus, gelu, gelu_erf, floor, ceil, round, abs, relu, sign, isnan, isfinite, leaky_relu, elu>;
+using binary_functors = op_list<add, sub, mul, div, pow, atan2, minimum, maximum, equal, not_equal, less,
+                                less_equal, greater, greater_equal>;
+using logical_functors = op_list<logical_and, logical_or, logical_xor>;
+
+/// An op's name as a template argument: `named<"sigmoid">` is ops::sigmoid.
+template <std::size_t N>
+struct op_name {
+    char text[N];
+    consteval op_name(const char (&s)[N]) {  // NOLINT: implicit, so that a string literal converts
+        for (std::size_t i = 0; i < N; ++i) text[i] = s[i];
+    }
+    [[nodiscard]] constexpr std::string_view view() const { return {text, N - 1}; }
+};
+namespace detail {
+template <op_name Name, class First, class... Rest>
+consteval auto find_named(op_list<First, Rest...>) {
+    if constexpr (First::name == Name.view())
+        return std::type_identity<First>{};
+    else if constexpr (sizeof...(Rest) > 0)
+        return find_named<Name>(op_list<Rest...>{});
+    else
+        static_assert(sizeof...(Rest) > 0, "dl::ops::named: no unary, binary or logical op has this name");
+}
+template <class... A, class... B, class... C>
+consteval op_list<A..., B..., C...> join(op_list<A...>, op_list<B...>, op_list<C...>) { return {}; }
+}  // namespace detail
+template <op_name Name>
+using named = typename decltype(detail::find_named<Name>(
+    detail::join(unary_functors{}, binary_functors{}, logical_functors{})))::type;
+
 #undef DL_UNARY
 #undef DL_BINARY
 #undef DL_NO_DERIVATIVE

@@ -347,12 +347,23 @@ DL_INLINE void for_each_block(I n, Step&& step) {
     for (; i < n; ++i) step.template operator()<T>(i);
 }
 
+/// a * b + c rounded once. xsimd 8 has no AVX-512 fma: its generic one is a * b + c, fused only
+/// where the compiler contracts (GCC's default in gnu++ modes, not under -std=c++20 or
+/// -ffp-contract=off), so 512-bit batches call the instruction themselves.
 template <class V>
 DL_INLINE V fma(const V& a, const V& b, const V& c) noexcept {
-    if constexpr (is_batch<V>)
-        return xsimd::fma(a, b, c);
-    else
+    if constexpr (is_batch<V>) {
+#if defined(__AVX512F__)
+        if constexpr (sizeof(V) == 64 && std::is_same_v<scalar_t<V>, float>)
+            return V(_mm512_fmadd_ps(a, b, c));
+        else if constexpr (sizeof(V) == 64 && std::is_same_v<scalar_t<V>, double>)
+            return V(_mm512_fmadd_pd(a, b, c));
+        else
+#endif
+            return xsimd::fma(a, b, c);
+    } else {
         return std::fma(a, b, c);
+    }
 }
 /// cond ? a : b, lane by lane.
 template <class M, class V>

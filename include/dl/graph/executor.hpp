@@ -157,6 +157,21 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
     for (const fused_step& step : n.steps) cost += step.tile.cost;
     const std::int64_t workers =
         std::min(tiles, dl::detail::parallel_chunks(numel * cost, serial_scope::active() ? 1 : ctx.concurrency()));
+    if (n.compiled) {
+        // One loop over the whole chain in registers, as a compile-time fused expression runs; each
+        // worker takes a run of whole tiles.
+        std::vector<unsigned char> broadcast;
+        for (const source& src : sources) broadcast.push_back(src.tiled ? 0 : 1);
+        ctx.parallel_for(workers, [&](std::int64_t w) {
+            const std::int64_t begin = std::min(numel, w * tiles / workers * fused_tile);
+            const std::int64_t end = std::min(numel, (w + 1) * tiles / workers * fused_tile);
+            std::vector<const void*> data;
+            for (const source& src : sources)
+                data.push_back(src.data + (src.tiled ? static_cast<std::size_t>(begin) * src.element : 0));
+            n.compiled.run(data.data(), broadcast.data(), out_data + static_cast<std::size_t>(begin) * out_element, end - begin);
+        });
+        return;
+    }
     const bool prefetch = numel * streamed > fused_prefetch_bytes;
     ctx.parallel_for(workers, [&](std::int64_t w) {
         const std::size_t steps = n.steps.size();

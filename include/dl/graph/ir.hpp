@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -50,6 +51,15 @@ struct fused_step {
     tile_kernel tile;
 };
 
+/// A fused node's chain compiled into one loop (graph/codegen.hpp): `run` computes `count` results at
+/// out from the node's inputs (inputs[k]: count contiguous elements, or the one element when
+/// broadcast[k]). `library` keeps the code loaded while any copy of the node holds it.
+struct compiled_chain {
+    void (*run)(const void* const* inputs, const unsigned char* broadcast, void* out, std::int64_t count) = nullptr;
+    std::shared_ptr<void> library;
+    explicit operator bool() const noexcept { return run != nullptr; }
+};
+
 struct node {
     std::string op;
     std::string attributes;
@@ -60,6 +70,7 @@ struct node {
     tile_kernel tile;         ///< elementwise nodes: the op over one tile of raw memory
     std::function<op_kernel(product_epilogue)> with_epilogue;  ///< products: the kernel with another epilogue
     std::vector<fused_step> steps;  ///< a fused node: elementwise kernels run tile by tile, the last makes the output
+    compiled_chain compiled;  ///< a fused node whose steps were compiled into one loop; runs instead of them
     int in_place = -1;        ///< memory plan: the input position whose buffer the output may take over
 
     [[nodiscard]] bool fused() const noexcept { return !steps.empty(); }
@@ -144,6 +155,7 @@ struct Graph {
             if (!n.attributes.empty()) os << " {" << n.attributes << '}';
             os << " : " << describe_type(n.output);
             if (n.in_place >= 0) os << "  # in place of %" << n.inputs[static_cast<std::size_t>(n.in_place)];
+            if (n.compiled) os << "  # compiled";
             os << '\n';
             for (std::size_t s = 0; s < n.steps.size(); ++s) {
                 const fused_step& step = n.steps[s];

@@ -67,17 +67,10 @@ decltype(auto) with_dtype(DType d, F&& f) {
 
 // --- elementwise ops: tile kernels from the functors, by name ---
 
-template <class... Op>
-struct op_list {};
-using unary_functors =
-    op_list<ops::neg, ops::square, ops::sqrt, ops::rsqrt, ops::reciprocal, ops::exp, ops::exp2, ops::log, ops::log2,
-            ops::log1p, ops::expm1, ops::sin, ops::cos, ops::tanh, ops::sigmoid, ops::silu, ops::softplus, ops::gelu,
-            ops::gelu_erf, ops::floor, ops::ceil, ops::round, ops::abs, ops::relu, ops::sign, ops::isnan,
-            ops::isfinite, ops::leaky_relu, ops::elu>;
-using binary_functors = op_list<ops::add, ops::sub, ops::mul, ops::div, ops::pow, ops::atan2, ops::minimum,
-                                ops::maximum, ops::equal, ops::not_equal, ops::less, ops::less_equal, ops::greater,
-                                ops::greater_equal>;
-using logical_functors = op_list<ops::logical_and, ops::logical_or, ops::logical_xor>;
+using ops::binary_functors;
+using ops::logical_functors;
+using ops::op_list;
+using ops::unary_functors;
 
 template <class... Op>
 [[nodiscard]] constexpr bool listed(op_list<Op...>, std::string_view name) {

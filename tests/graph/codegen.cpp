@@ -1,0 +1,197 @@
+// The fused_codegen pass: a fused node's chain compiled into one loop gives the interpreted steps'
+// results bit for bit (odd tails, one element, a broadcast input, scalar operands on either side,
+// functor parameters, two threads); kernels are cached on disk and a corrupt one is rebuilt; a node
+// that cannot be compiled, or a compiler that fails, leaves the steps running with a reason.
+// ctest sets DL_CXX to the compiler that built this test.
+#include "support.hpp"
+
+#include <dl/graph/codegen.hpp>
+#include <dl/graph/trace.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <tuple>
+#include <fstream>
+#include <string>
+
+namespace {
+
+using dl::Tensor;
+namespace graph = dl::graph;
+
+/// A fresh cache directory, removed at the end of the test.
+struct scratch_cache {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                ("dl-codegen-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    scratch_cache() { std::filesystem::remove_all(dir); }
+    ~scratch_cache() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+    }
+    static int& counter() {
+        static int n = 0;
+        return n;
+    }
+    [[nodiscard]] std::size_t libraries() const {
+        std::size_t n = 0;
+        for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().extension() == ".so";
+        return n;
+    }
+};
+
+/// Same shape and the same bits in every element, except that any NaN matches any NaN: which
+/// operand's NaN an instruction passes on depends on the order the compiler put commutative operands in.
+bool same_bits(const Tensor<float>& a, const Tensor<float>& b) {
+    if (a.shape() != b.shape() || !a.is_contiguous() || !b.is_contiguous()) return false;
+    for (std::int64_t i = 0; i < a.numel(); ++i) {
+        const float x = a.data()[i], y = b.data()[i];
+        if (std::bit_cast<std::uint32_t>(x) != std::bit_cast<std::uint32_t>(y) && !(std::isnan(x) && std::isnan(y))) return false;
+    }
+    return true;
+}
+
+const graph::node& fused_node(const graph::Graph& g) {
+    for (const auto& n : g.nodes)
+        if (n.fused()) return n;
+    FAIL("no fused node in\n" << g.to_string());
+    return g.nodes.front();
+}
+
+Tensor<float> benchmark_chain(const Tensor<float>& x, const Tensor<float>& y, const Tensor<float>& z) {
+    Tensor<float> scaled = x * 1.5f;
+    Tensor<float> shifted = scaled + y;
+    Tensor<float> gate = dl::sigmoid(shifted);
+    Tensor<float> gated = gate * z;
+    Tensor<float> t = dl::tanh(x);
+    return gated - t;
+}
+
+}  // namespace
+
+TEST_CASE("fused_codegen: the benchmark chain compiles and equals the interpreted steps bit for bit") {
+    const scratch_cache cache;
+    for (const int threads : {1, 2}) {
+        dl::Context ctx({.seed = 5, .threads = threads});
+        auto inputs = [&](std::int64_t n) {
+            auto x = dl::uniform<float>({n}, -4, 4, ctx);
+            if (n > 2) {  // special values through both paths
+                x.data()[0] = std::numeric_limits<float>::quiet_NaN();
+                x.data()[1] = -std::numeric_limits<float>::infinity();
+            }
+            return std::tuple{x, dl::uniform<float>({n}, -4, 4, ctx), dl::uniform<float>({n}, -4, 4, ctx)};
+        };
+        const auto [x, y, z] = inputs(4099);
+        auto interpreted = graph::trace(benchmark_chain, x, y, z);
+        interpreted.optimize();
+        auto compiled = graph::trace(benchmark_chain, x, y, z);
+        auto passes = graph::default_passes();
+        passes.add(graph::fused_codegen({.cache_dir = cache.dir}));
+        compiled.optimize(passes);
+        INFO(compiled.graph().to_string());
+        REQUIRE(fused_node(compiled.graph()).compiled);
+        CHECK_FALSE(fused_node(interpreted.graph()).compiled);
+        CHECK(compiled.graph().to_string().find("# compiled") != std::string::npos);
+        for (const std::int64_t n : {4099, 1, 15, 16, 17, 1025, 70001}) {  // the batch dimension varies
+            CAPTURE(n);
+            const auto [a, b, c] = inputs(n);
+            CHECK(same_bits(compiled(a, b, c), interpreted(a, b, c)));
+        }
+    }
+    CHECK(cache.libraries() == 1);  // the second thread count found the first one's kernel
+}
+
+TEST_CASE("fused_codegen: scalars on either side, functor parameters and a broadcast input") {
+    const scratch_cache cache;
+    dl::Context ctx({.seed = 6, .threads = 2});
+    const auto a = dl::uniform<float>({3, 1001}, -3, 3, ctx);
+    const auto one = dl::uniform<float>({1}, 0.5, 2, ctx);  // single element: broadcast inside the node
+    auto body = [](const Tensor<float>& x, const Tensor<float>& s) {
+        Tensor<float> flipped = 2.0f - x;                          // scalar on the left (s0)
+        Tensor<float> leaky = dl::leaky_relu(flipped, 0.2);        // a functor parameter
+        Tensor<float> scaled = leaky * s;                          // the broadcast input
+        Tensor<float> smooth = dl::elu(x, 0.7);
+        return Tensor<float>(scaled + smooth / 3.0f);
+    };
+    auto interpreted = graph::trace(body, a, one);
+    interpreted.optimize();
+    auto compiled = graph::trace(body, a, one);
+    auto passes = graph::default_passes();
+    passes.add(graph::fused_codegen({.cache_dir = cache.dir}));
+    compiled.optimize(passes);
+    INFO(compiled.graph().to_string());
+    REQUIRE(std::count_if(compiled.graph().nodes.begin(), compiled.graph().nodes.end(),
+                          [](const graph::node& n) { return n.fused(); }) == 1);
+    REQUIRE(fused_node(compiled.graph()).compiled);
+    CHECK(same_bits(compiled(a, one), interpreted(a, one)));
+    const auto b = dl::uniform<float>({1, 1001}, -3, 3, ctx);
+    CHECK(same_bits(compiled(b, one), interpreted(b, one)));
+}
+
+TEST_CASE("fused_codegen: a kernel is built once, loaded from the cache after, and rebuilt when corrupt") {
+    const scratch_cache cache;
+    dl::Context ctx({.seed = 7, .threads = 1});
+    const auto x = dl::uniform<float>({2048}, -2, 2, ctx);
+    auto trace = [&] { return graph::trace([](const Tensor<float>& v) { return Tensor<float>(dl::exp(v * 0.5f) - v); }, x); };
+    auto reference = trace();
+    reference.optimize();
+    const Tensor<float> expected = reference(x);
+    auto first = trace();
+    first.optimize();
+    const graph::codegen_options options{.cache_dir = cache.dir};
+    REQUIRE(graph::compile_fused(first.graph(), fused_node(first.graph()), options));
+    REQUIRE(cache.libraries() == 1);
+    const auto library = std::filesystem::directory_iterator(cache.dir)->path();
+    const auto built = std::filesystem::last_write_time(library);
+    REQUIRE(graph::compile_fused(first.graph(), fused_node(first.graph()), options));
+    CHECK(std::filesystem::last_write_time(library) == built);  // loaded, not built again
+    {
+        std::ofstream garbage(library, std::ios::trunc);
+        garbage << "not a shared object";
+    }
+    auto second = trace();
+    auto passes = graph::default_passes();
+    passes.add(graph::fused_codegen(options));
+    second.optimize(passes);
+    REQUIRE(fused_node(second.graph()).compiled);
+    CHECK(cache.libraries() == 1);
+    CHECK(same_bits(second(x), expected));
+}
+
+TEST_CASE("fused_codegen: what cannot be compiled keeps running its steps, with the reason") {
+    const scratch_cache cache;
+    dl::Context ctx({.seed = 8, .threads = 1});
+    std::string why;
+    {
+        const auto d = dl::uniform<double>({100}, -1, 1, ctx);
+        auto f = graph::trace([](const Tensor<double>& v) { return Tensor<double>(dl::exp(v) * 2.0); }, d);
+        f.optimize();
+        CHECK_FALSE(graph::compile_fused(f.graph(), fused_node(f.graph()), {.cache_dir = cache.dir}, &why));
+        CHECK(why == "an input is not float32");
+    }
+    const auto x = dl::uniform<float>({100}, -1, 1, ctx);
+    {
+        auto f = graph::trace([](const Tensor<float>& v) { return Tensor<float>(dl::where(v > 0.0f, v, 0.0f) * 2.0f); }, x);
+        f.optimize();
+        CHECK_FALSE(graph::compile_fused(f.graph(), fused_node(f.graph()), {.cache_dir = cache.dir}, &why));
+        CHECK(why.find("has no generated form") != std::string::npos);
+    }
+    auto chain = [](const Tensor<float>& v) { return Tensor<float>(dl::tanh(v) * 3.0f); };
+    auto reference = graph::trace(chain, x);
+    reference.optimize();
+    auto f = graph::trace(chain, x);
+    const graph::codegen_options broken{.cache_dir = cache.dir, .compiler = "/nonexistent/c++"};
+    f.optimize();
+    CHECK_FALSE(graph::compile_fused(f.graph(), fused_node(f.graph()), broken, &why));
+    CHECK(why.find("/nonexistent/c++ failed") != std::string::npos);
+    auto passes = graph::default_passes();
+    passes.add(graph::fused_codegen(broken));
+    auto g = graph::trace(chain, x);
+    g.optimize(passes);
+    CHECK_FALSE(fused_node(g.graph()).compiled);
+    CHECK(same_bits(g(x), reference(x)));
+    CHECK(cache.libraries() == 0);
+}
