@@ -48,7 +48,7 @@ struct chain_workload {
           graph(dl::graph::trace(unfused_chain, x, y, z)),
           interpreted(dl::graph::trace(unfused_chain, x, y, z)) {
         auto passes = dl::graph::default_passes();
-        passes.add(dl::graph::fused_codegen());
+        passes.add(dl::graph::fused_codegen({.include_dir = DL_BENCH_INCLUDE_DIR}));
         graph.optimize(passes);
         interpreted.optimize();
         for (const auto& node : graph.graph().nodes) compiled = compiled || static_cast<bool>(node.compiled);

@@ -53,7 +53,9 @@ struct codegen_options {
     std::filesystem::path cache_dir{};
     /// Empty: $DL_CXX, else `c++` from PATH.
     std::string compiler{};
-    /// The directory that holds dl/. Empty: $DL_INCLUDE_DIR, else the one this header was included from.
+    /// The directory that holds dl/. Empty: $DL_INCLUDE_DIR, else the one this header was included from
+    /// (__FILE__; a relative one, as ccache's base_dir makes it, is taken from the working directory,
+    /// which only works when that is where the compiler ran).
     std::filesystem::path include_dir{};
     std::vector<std::string> flags = {"-std=c++20", "-O2", "-march=native", "-ffp-contract=off", "-DNDEBUG"};
 };
