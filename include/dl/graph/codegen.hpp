@@ -13,7 +13,8 @@
 //
 // Results equal the interpreted steps' bit for bit when both are compiled for the same target (the
 // default flags: -march=native, and -ffp-contract=off so that no multiply and add of two steps merge
-// into an FMA the steps would round twice). POSIX only (dlopen, posix_spawn).
+// into an FMA the steps would round twice). POSIX only (dlopen, posix_spawn). The cache directory holds
+// code this process loads: it must be writable by its user alone, as ccache's is.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
