@@ -17,6 +17,7 @@
 #include <tuple>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 namespace {
 
@@ -38,6 +39,7 @@ struct scratch_cache {
     }
     [[nodiscard]] std::size_t libraries() const {
         std::size_t n = 0;
+        if (!std::filesystem::exists(dir)) return n;
         for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.path().extension() == ".so";
         return n;
     }
@@ -158,6 +160,10 @@ TEST_CASE("fused_codegen: a kernel is built once, loaded from the cache after, a
     second.optimize(passes);
     REQUIRE(fused_node(second.graph()).compiled);
     CHECK(cache.libraries() == 1);
+    std::ifstream rebuilt(library, std::ios::binary);
+    char magic[4] = {};
+    rebuilt.read(magic, 4);
+    CHECK(std::string_view(magic, 4) == "\x7f" "ELF");  // built again, not the garbage
     CHECK(same_bits(second(x), expected));
 }
 
@@ -186,12 +192,31 @@ TEST_CASE("fused_codegen: what cannot be compiled keeps running its steps, with 
     const graph::codegen_options broken{.cache_dir = cache.dir, .compiler = "/nonexistent/c++"};
     f.optimize();
     CHECK_FALSE(graph::compile_fused(f.graph(), fused_node(f.graph()), broken, &why));
-    CHECK(why.find("/nonexistent/c++ failed") != std::string::npos);
+    CHECK(why == "/nonexistent/c++ did not run");
     auto passes = graph::default_passes();
     passes.add(graph::fused_codegen(broken));
     auto g = graph::trace(chain, x);
     g.optimize(passes);
     CHECK_FALSE(fused_node(g.graph()).compiled);
     CHECK(same_bits(g(x), reference(x)));
+    CHECK(cache.libraries() == 0);
+}
+
+TEST_CASE("fused_codegen: attributes it does not know, repeated, or not numbers are refused") {
+    const scratch_cache cache;
+    dl::Context ctx({.seed = 9, .threads = 1});
+    const auto x = dl::uniform<float>({64}, -1, 1, ctx);
+    auto f = graph::trace([](const Tensor<float>& v) { return Tensor<float>(dl::leaky_relu(v * 2.0f, 0.1)); }, x);
+    f.optimize();
+    graph::Graph g = f.graph();
+    graph::node& n = g.nodes.back();
+    REQUIRE(n.fused());
+    std::string why;
+    for (const char* attributes : {"slope=0.1, slope=0.5", "slope=0.1; system(\"true\")", "x=1; int y=2", "slope=1e400x"}) {
+        CAPTURE(attributes);
+        n.steps.back().attributes = attributes;
+        CHECK_FALSE(graph::compile_fused(g, n, {.cache_dir = cache.dir}, &why));
+        CHECK(why.find("has attribute") != std::string::npos);
+    }
     CHECK(cache.libraries() == 0);
 }
