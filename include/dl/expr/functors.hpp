@@ -286,6 +286,12 @@ using binary_functors = op_list<add, sub, mul, div, pow, atan2, minimum, maximum
                                 less_equal, greater, greater_equal>;
 using logical_functors = op_list<logical_and, logical_or, logical_xor>;
 
+/// Whether one of the list's ops has this name.
+template <class... Op>
+[[nodiscard]] constexpr bool listed(op_list<Op...>, std::string_view name) {
+    return ((Op::name == name) || ...);
+}
+
 /// An op's name as a template argument: `named<"sigmoid">` is ops::sigmoid.
 template <std::size_t N>
 struct op_name {

@@ -6,8 +6,8 @@
 // known after tracing; the interpreted tiles of executor.hpp stay the fallback.
 //
 // Opt in with the fused_codegen() pass (it is not in default_passes(): building a kernel takes a
-// compiler and seconds). Kernels are cached on disk under a hash of their source, the compiler, its
-// flags and dl's expression headers, so a chain compiles once per machine. When no compiler runs, a
+// compiler and seconds). Kernels are cached on disk under a hash of their source, what the compiler
+// and its flags resolve to, and dl's expression headers, so a chain compiles once per machine. When no compiler runs, a
 // header is missing or a step has no generated form (a dtype other than float, or an op outside the
 // named unary and binary functors), the node keeps its steps; DL_DEBUG=1 says why.
 //
@@ -16,8 +16,10 @@
 // into an FMA the steps would round twice) for dl's own kernels (arithmetic, exp, sigmoid, tanh and
 // what builds on them). Functions that fall back to xsimd (log, sin, pow, ...) may differ in the last
 // bit where the program's compiler contracted a multiply and add that the kernel's did not. Headers
-// outside the system include path (xsimd) go into `flags` as -I options. POSIX only (dlopen, posix_spawn). The cache directory holds
-// code this process loads: it must be writable by its user alone, as ccache's is.
+// outside the system include path (xsimd) go into `flags` as -I options.
+//
+// POSIX only (dlopen, posix_spawn). The cache directory holds code this process loads: it must be
+// writable by its user alone, as ccache's is.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -108,11 +110,6 @@ std::string literal(std::string_view value) {
     return std::is_same_v<T, float> ? text + "f" : text;
 }
 
-template <class... Op>
-[[nodiscard]] constexpr bool names_functor(ops::op_list<Op...>, std::string_view name) {
-    return ((Op::name == name) || ...);
-}
-
 /// The "key=value" pairs of an attribute text.
 inline std::vector<std::pair<std::string, std::string>> attribute_pairs(std::string_view attributes) {
     std::vector<std::pair<std::string, std::string>> pairs;
@@ -137,8 +134,8 @@ inline std::string fused_source(const Graph& g, const node& n, std::string& why)
     std::ostringstream body;
     for (std::size_t s = 0; s < n.steps.size(); ++s) {
         const fused_step& step = n.steps[s];
-        const bool unary = names_functor(ops::unary_functors{}, step.op);
-        if (step.dtype != DType::float32 || !(unary || names_functor(ops::binary_functors{}, step.op))) {
+        const bool unary = ops::listed(ops::unary_functors{}, step.op);
+        if (step.dtype != DType::float32 || !(unary || ops::listed(ops::binary_functors{}, step.op))) {
             why = dl::detail::concat("step ", s, " (", step.op, ") has no generated form");
             return {};
         }

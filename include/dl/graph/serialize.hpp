@@ -68,14 +68,11 @@ decltype(auto) with_dtype(DType d, F&& f) {
 // --- elementwise ops: tile kernels from the functors, by name ---
 
 using ops::binary_functors;
+using ops::listed;
 using ops::logical_functors;
 using ops::op_list;
 using ops::unary_functors;
 
-template <class... Op>
-[[nodiscard]] constexpr bool listed(op_list<Op...>, std::string_view name) {
-    return ((Op::name == name) || ...);
-}
 [[nodiscard]] inline bool rebuildable_elementwise(std::string_view name) {
     return listed(unary_functors{}, name) || listed(binary_functors{}, name) || listed(logical_functors{}, name) ||
            name == ops::logical_not::name || name == ops::where::name || name == ops::clamp::name ||
