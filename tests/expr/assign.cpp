@@ -44,7 +44,36 @@ TEST_CASE("in-place a = f(a), elementwise, at every size") {
     }
 }
 
-TEST_CASE("in-place on a large tensor (streaming stores, threads)") {
+TEST_CASE("outputs larger than the last-level cache (streaming stores) get the bits of small pieces, 1 and 2 threads") {
+    const std::int64_t n = dl::detail::last_level_cache_bytes() / 4 + 17;  // and an odd tail
+    for (const int threads : {1, 2}) {
+        CAPTURE(threads);
+        dl::Context ctx({.seed = 5, .threads = threads});
+        auto x = random<float>({n}, -4, 4, 6, 0, ctx), y = random<float>({n}, -4, 4, 7, 0, ctx);
+        REQUIRE(dl::detail::streams(x.data(), n));
+        dl::Tensor<float> out = dl::sigmoid(x * 1.5f + y) * y - dl::tanh(x);
+        auto pieces = dl::Tensor<float>(dl::Shape{n}, ctx);
+        const std::int64_t piece = std::int64_t{1} << 18;  // 1 MiB: cached, plain stores
+        for (std::int64_t at = 0; at < n; at += piece) {
+            const std::int64_t stop = std::min(n, at + piece);
+            auto xs = x.slice(0, at, stop), ys = y.slice(0, at, stop);
+            pieces.slice(0, at, stop) = dl::sigmoid(xs * 1.5f + ys) * ys - dl::tanh(xs);
+        }
+        CHECK(bitwise_equal(out, pieces));
+        // In place: each streaming store writes the element just read.
+        const auto old = x.clone();
+        const float* storage = x.data();
+        x = dl::exp(x * 0.5f) - y;
+        CHECK(x.data() == storage);
+        for (std::int64_t at = 0; at < n; at += piece) {
+            const std::int64_t stop = std::min(n, at + piece);
+            pieces.slice(0, at, stop) = dl::exp(old.slice(0, at, stop) * 0.5f) - y.slice(0, at, stop);
+        }
+        CHECK(bitwise_equal(x, pieces));
+    }
+}
+
+TEST_CASE("in-place on a large tensor (threads)") {
     const std::int64_t n = 3'000'001;
     auto a = random<float>({n}, -1, 1, 3);
     const auto old = a.clone();

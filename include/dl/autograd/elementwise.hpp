@@ -232,9 +232,9 @@ void run_tile(const Op& op, R* out, std::int64_t count, const tile_operand* inpu
     ev.seek(origin, 0);
     using dl::detail::row_kernel;
     if constexpr (dl::detail::vectorizes_into<decltype(ev), R>)
-        dl::detail::run_row<row_kernel::simd>(out, 1, ev, 0, count, false);
+        dl::detail::run_row<row_kernel::simd>(out, 1, ev, 0, count, dl::detail::store_mode::write);
     else
-        dl::detail::run_row<row_kernel::scalar>(out, 1, ev, 0, count, false);
+        dl::detail::run_row<row_kernel::scalar>(out, 1, ev, 0, count, dl::detail::store_mode::write);
 }
 
 /// Records e as one op per functor, innermost first, and returns its value: tracing (graph/) sees a

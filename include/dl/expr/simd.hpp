@@ -160,6 +160,41 @@ DL_INLINE void store_compute(T* p, const batch<compute_t<T>>& v) noexcept {
     }
 }
 
+/// Stores v at the batch-aligned p past the caches (a non-temporal store: the line is not read in
+/// first). The stores are weakly ordered: call stream_fence() before another thread reads p.
+/// xsimd 8 has no streaming store.
+template <class T>
+DL_INLINE void store_stream(T* p, const batch<T>& v) noexcept {
+    static_assert(has_batch<T>, "dl::simd::store_stream: float or double lanes");
+    constexpr int W = batch<T>::size;
+#if defined(__AVX512F__)
+    if constexpr (W * sizeof(T) == 64) {
+        if constexpr (std::is_same_v<T, float>)
+            _mm512_stream_ps(p, v);
+        else
+            _mm512_stream_pd(p, v);
+        return;
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (W * sizeof(T) == 32) {
+        if constexpr (std::is_same_v<T, float>)
+            _mm256_stream_ps(p, v);
+        else
+            _mm256_stream_pd(p, v);
+        return;
+    }
+#endif
+    v.store_aligned(p);
+}
+
+/// Orders this thread's streaming stores before its later stores (a release for store_stream).
+DL_INLINE void stream_fence() noexcept {
+#if defined(__AVX2__) || defined(__AVX512F__)
+    _mm_sfence();
+#endif
+}
+
 /// Lane k is p[index[k]], for 4-byte T. xsimd 8 has no AVX-512 float gather, and its AVX-512 int32
 /// one is never selected: both fall back to a lane loop that is not inlined.
 template <class T>
