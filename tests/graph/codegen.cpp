@@ -12,10 +12,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <tuple>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -165,6 +167,37 @@ TEST_CASE("fused_codegen: a kernel is built once, loaded from the cache after, a
     rebuilt.read(magic, 4);
     CHECK(std::string_view(magic, 4) == "\x7f" "ELF");  // built again, not the garbage
     CHECK(same_bits(second(x), expected));
+}
+
+TEST_CASE("fused_codegen: the compiler runs for a kernel it builds, and not for a cached one") {
+    const scratch_cache cache, tools;
+    std::filesystem::create_directories(tools.dir);
+    // A compiler that counts its runs, then runs the real one.
+    const auto compiler = tools.dir / "counting-c++", runs = tools.dir / "runs";
+    const char* real = std::getenv("DL_CXX");
+    {
+        std::ofstream script(compiler);
+        script << "#!/bin/sh\necho run >> '" << runs.string() << "'\nexec '" << (real ? real : "c++") << "' \"$@\"\n";
+    }
+    std::filesystem::permissions(compiler, std::filesystem::perms::owner_all);
+    auto count = [&] {
+        std::ifstream in(runs);
+        return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+    };
+    dl::Context ctx({.seed = 9, .threads = 1});
+    const auto x = dl::uniform<float>({300}, -2, 2, ctx);
+    auto f = graph::trace([](const Tensor<float>& v) { return Tensor<float>(dl::exp(v * 0.25f) + v); }, x);
+    auto g = graph::trace([](const Tensor<float>& v) { return Tensor<float>(dl::tanh(v) * 0.5f - v); }, x);
+    f.optimize();
+    g.optimize();
+    const graph::codegen_options options{.cache_dir = cache.dir, .compiler = compiler.string()};
+    REQUIRE(graph::compile_fused(f.graph(), fused_node(f.graph()), options));
+    CHECK(count() == 2);  // what the flags resolve to, then the kernel
+    REQUIRE(graph::compile_fused(f.graph(), fused_node(f.graph()), options));
+    CHECK(count() == 2);  // cached, and the toolchain already known
+    REQUIRE(graph::compile_fused(g.graph(), fused_node(g.graph()), options));
+    CHECK(count() == 3);  // another kernel
+    CHECK(cache.libraries() == 2);
 }
 
 TEST_CASE("fused_codegen: what cannot be compiled keeps running its steps, with the reason") {

@@ -37,7 +37,10 @@
 #include <functional>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -281,6 +284,33 @@ inline std::string predefined_macros(const std::string& compiler, const std::vec
     return text;
 }
 
+/// The part of a kernel's cache key that is not its source: dl's version, the compiler, what it and
+/// its flags resolve to (version, target features: a cache shared between machines must not hand
+/// AVX-512 code to one without it), the flags and the headers. Worked out once per process for each
+/// compiler, flags and include directory: a compiler run and a read of dl's headers cost ~50 ms,
+/// per fused node even when its kernel is cached. Empty when the compiler does not run (not
+/// remembered: it may be installed later).
+inline std::optional<std::uint64_t> toolchain_key(const std::string& compiler, const std::vector<std::string>& flags,
+                                                  const std::filesystem::path& include, const std::filesystem::path& scratch) {
+    static std::mutex mutex;
+    static std::map<std::string, std::uint64_t> known;
+    std::string id = compiler + '\n' + include.string();
+    for (const auto& f : flags) id += '\n' + f;
+    {
+        const std::lock_guard lock(mutex);
+        if (const auto it = known.find(id); it != known.end()) return it->second;
+    }
+    const std::string predefined = predefined_macros(compiler, flags, scratch);
+    if (predefined.empty()) return std::nullopt;
+    std::uint64_t key = fnv1a(compiler, fnv1a(DL_VERSION_STRING));
+    key = fnv1a(predefined, key);
+    for (const auto& f : flags) key = fnv1a(f + '\n', key);
+    key = hash_headers(include, key);
+    const std::lock_guard lock(mutex);
+    known.emplace(std::move(id), key);
+    return key;
+}
+
 inline compiled_chain load_chain(const std::filesystem::path& library, std::string& why) {
     void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
@@ -327,15 +357,9 @@ inline compiled_chain load_chain(const std::filesystem::path& library, std::stri
     // kernel at once each rename a whole file.
     const std::string own = dl::detail::concat(".", getpid(), ".", std::hash<std::thread::id>{}(std::this_thread::get_id()));
     const std::string compiler = options.compiler.empty() ? detail::env_or("DL_CXX", "c++") : options.compiler;
-    std::uint64_t key = detail::fnv1a(DL_VERSION_STRING);
-    key = detail::fnv1a(compiler, key);
-    // What the compiler and its flags resolve to (version, target features), not just their names: a
-    // cache shared between machines must not hand AVX-512 code to one without it.
-    const std::string predefined = detail::predefined_macros(compiler, options.flags, dir / ("macros" + own));
-    if (predefined.empty()) return fail(dl::detail::concat(compiler, " did not run"));
-    key = detail::fnv1a(predefined, key);
-    for (const auto& f : options.flags) key = detail::fnv1a(f + '\n', key);
-    key = detail::hash_headers(include, detail::fnv1a(source, key));
+    const auto toolchain = detail::toolchain_key(compiler, options.flags, include, dir / ("macros" + own));
+    if (!toolchain) return fail(dl::detail::concat(compiler, " did not run"));
+    const std::uint64_t key = detail::fnv1a(source, *toolchain);
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key));
     const std::filesystem::path library = dir / (std::string("fused-") + hex + ".so");
