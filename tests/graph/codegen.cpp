@@ -1,7 +1,8 @@
 // The fused_codegen pass: a fused node's chain compiled into one loop gives the interpreted steps'
 // results bit for bit (odd tails, one element, a broadcast input, scalar operands on either side,
-// functor parameters, two threads); kernels are cached on disk and a corrupt one is rebuilt; a node
-// that cannot be compiled, or a compiler that fails, leaves the steps running with a reason.
+// functor parameters, two threads, an output past the last-level cache); kernels are cached on disk
+// and a corrupt one is rebuilt; a node that cannot be compiled, or a compiler that fails, leaves the
+// steps running with a reason.
 // ctest sets DL_CXX to the compiler that built this test.
 #include "support.hpp"
 
@@ -99,7 +100,11 @@ TEST_CASE("fused_codegen: the benchmark chain compiles and equals the interprete
         REQUIRE(fused_node(compiled.graph()).compiled);
         CHECK_FALSE(fused_node(interpreted.graph()).compiled);
         CHECK(compiled.graph().to_string().find("# compiled") != std::string::npos);
-        for (const std::int64_t n : {4099, 1, 15, 16, 17, 1025, 70001}) {  // the batch dimension varies
+        // The batch dimension varies; the last size's output is larger than the last-level cache and
+        // takes streaming stores.
+        const std::int64_t beyond_cache = dl::detail::last_level_cache_bytes() / 4 + 17;
+        for (const std::int64_t n : {std::int64_t{4099}, std::int64_t{1}, std::int64_t{15}, std::int64_t{16},
+                                     std::int64_t{17}, std::int64_t{1025}, std::int64_t{70001}, beyond_cache}) {
             CAPTURE(n);
             const auto [a, b, c] = inputs(n);
             CHECK(same_bits(compiled(a, b, c), interpreted(a, b, c)));

@@ -198,7 +198,7 @@ inline std::string fused_source(const Graph& g, const node& n, std::string& why)
     for (std::size_t k = 0; k < inputs; ++k) src << (k ? ", " : "") << "const V& in" << k;
     src << ") {\n" << body.str() << "    return s" << n.steps.size() - 1 << ";\n}\n}  // namespace\n\n"
         << "extern \"C\" void dl_fused_chain(const void* const* inputs, const unsigned char* broadcast, void* out_void,\n"
-        << "                               std::int64_t count) {\n"
+        << "                               std::int64_t count, bool stream) {\n"
         << "    using V = dl::simd::batch<float>;\n    constexpr std::int64_t W = dl::simd::width<float>;\n"
         << "    float* out = static_cast<float*>(out_void);\n";
     for (std::size_t k = 0; k < inputs; ++k)
@@ -215,7 +215,9 @@ inline std::string fused_source(const Graph& g, const node& n, std::string& why)
         }
         return "chain(" + args + ")";
     };
-    src << "    std::int64_t i = 0;\n    for (; i + W <= count; i += W) dl::simd::store(out + i, " << call(false) << ");\n"
+    src << "    std::int64_t i = 0;\n    for (; i + W <= count; i += W) {\n        const V r = " << call(false)
+        << ";\n        if (stream)\n            dl::simd::store_stream(out + i, r);\n        else\n"
+        << "            dl::simd::store(out + i, r);\n    }\n    if (stream) dl::simd::stream_fence();\n"
         << "    if (i == count) return;\n    const std::int64_t rest = count - i;\n";
     for (std::size_t k = 0; k < inputs; ++k)
         src << "    alignas(64) float t" << k << "[W] = {};\n    if (!b" << k << ") for (std::int64_t j = 0; j < rest; ++j) t" << k

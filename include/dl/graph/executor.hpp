@@ -162,13 +162,16 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
         // worker takes a run of whole tiles.
         std::vector<unsigned char> broadcast;
         for (const source& src : sources) broadcast.push_back(src.tiled ? 0 : 1);
+        // Compiled chains are float32 throughout; runs start on whole tiles, so they stay aligned.
+        const bool stream = dl::detail::streams(reinterpret_cast<const float*>(out_data), numel);
         ctx.parallel_for(workers, [&](std::int64_t w) {
             const std::int64_t begin = std::min(numel, w * tiles / workers * fused_tile);
             const std::int64_t end = std::min(numel, (w + 1) * tiles / workers * fused_tile);
             std::vector<const void*> data;
             for (const source& src : sources)
                 data.push_back(src.data + (src.tiled ? static_cast<std::size_t>(begin) * src.element : 0));
-            n.compiled.run(data.data(), broadcast.data(), out_data + static_cast<std::size_t>(begin) * out_element, end - begin);
+            n.compiled.run(data.data(), broadcast.data(), out_data + static_cast<std::size_t>(begin) * out_element, end - begin,
+                            stream);
         });
         return;
     }

@@ -53,9 +53,12 @@ struct fused_step {
 
 /// A fused node's chain compiled into one loop (graph/codegen.hpp): `run` computes `count` results at
 /// out from the node's inputs (inputs[k]: count contiguous elements, or the one element when
-/// broadcast[k]). `library` keeps the code loaded while any copy of the node holds it.
+/// broadcast[k]); with `stream`, out is batch-aligned and takes streaming stores (see
+/// dl::detail::streams), fenced before run returns. `library` keeps the code loaded while any copy
+/// of the node holds it.
 struct compiled_chain {
-    void (*run)(const void* const* inputs, const unsigned char* broadcast, void* out, std::int64_t count) = nullptr;
+    void (*run)(const void* const* inputs, const unsigned char* broadcast, void* out, std::int64_t count,
+                bool stream) = nullptr;
     std::shared_ptr<void> library;
     explicit operator bool() const noexcept { return run != nullptr; }
 };
