@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace {
 
@@ -203,6 +205,31 @@ TEST_CASE("fused_codegen: the compiler runs for a kernel it builds, and not for 
     REQUIRE(graph::compile_fused(g.graph(), fused_node(g.graph()), options));
     CHECK(count() == 3);  // another kernel
     CHECK(cache.libraries() == 2);
+}
+
+TEST_CASE("fused_codegen: a host that ignores SIGCHLD still gets its kernel, and a failing compiler's reason") {
+    const scratch_cache cache;
+    dl::Context ctx({.seed = 10, .threads = 1});
+    const auto x = dl::uniform<float>({500}, -2, 2, ctx);
+    auto chain = [](const Tensor<float>& v) { return Tensor<float>(dl::sigmoid(v * 3.0f) - v); };
+    auto reference = graph::trace(chain, x);
+    reference.optimize();
+    auto f = graph::trace(chain, x);
+    f.optimize();
+    // The compiler's exit status is lost: children are reaped as they end.
+    const auto previous = std::signal(SIGCHLD, SIG_IGN);
+    std::string why;
+    const auto built = graph::compile_fused(f.graph(), fused_node(f.graph()), {.cache_dir = cache.dir}, &why);
+    const auto failed = graph::compile_fused(f.graph(), fused_node(f.graph()), {.cache_dir = cache.dir, .compiler = "false"});
+    std::signal(SIGCHLD, previous);
+    INFO(why);
+    REQUIRE(built);
+    CHECK_FALSE(failed);
+    std::vector<const void*> inputs{x.data()};
+    const unsigned char broadcast[1] = {0};
+    Tensor<float> out({500}, ctx);
+    built.run(inputs.data(), broadcast, out.data(), 500, false);
+    CHECK(same_bits(out, reference(x)));
 }
 
 TEST_CASE("fused_codegen: what cannot be compiled keeps running its steps, with the reason") {
