@@ -250,30 +250,32 @@ template <class T>
 /// conv2d's input and weight gradients for the output gradient g, by Winograd where it applies. Each
 /// gradient computed is accumulated and its node pointer cleared: conv2d's im2col loop then computes
 /// only what is left, including a gradient that came out NaN or Inf (the definition says where).
-inline void winograd_gradients(const window_geometry& geo, std::int64_t groups, const Tensor<float>& g,
-                               const Tensor<float>& in, const Tensor<float>& wt, typed_node<float>*& x_node,
-                               typed_node<float>*& w_node) {
+/// For float only; a template so that a file that runs no convolution backward does not compile it.
+template <class T>
+void winograd_gradients(const window_geometry& geo, std::int64_t groups, const Tensor<T>& g, const Tensor<T>& in,
+                        const Tensor<T>& wt, typed_node<T>*& x_node, typed_node<T>*& w_node) {
+    static_assert(std::is_same_v<T, float>);
     const std::int64_t images = in.shape()[0], outs = wt.shape()[0], cols = geo.column_cols();
     Context& ctx = in.context();
     // The input gradient is the convolution of g with the kernels turned by 180° and the channel roles
     // swapped, padded by 2 − padding.
-    if (x_node && geo.padding.h <= 2 && geo.padding.w <= 2 && winograd_applies<float>(geo, groups, outs, geo.channels)) {
+    if (x_node && geo.padding.h <= 2 && geo.padding.w <= 2 && winograd_applies<T>(geo, groups, outs, geo.channels)) {
         auto [target, had] = product_target(*x_node);
-        const Tensor<float> dx = had ? Tensor<float>(target.shape(), ctx) : target;
+        const Tensor<T> dx = had ? Tensor<T>(target.shape(), ctx) : target;
         const bool finite = dl::detail::winograd_conv3x3(
             g.data(), {outs * cols, cols, geo.ow, 1},
             {images, outs, geo.oh, geo.ow, geo.channels, 2 - geo.padding.h, 2 - geo.padding.w},
             dl::detail::winograd_weights(wt.detach().contiguous().data(), outs, geo.channels, true), dx.data(),
-            static_cast<const float*>(nullptr), activation::none, ctx);
+            static_cast<const T*>(nullptr), activation::none, ctx);
         if (finite) {
             if (had) target += dx;
             x_node = nullptr;
         } else if (!had) {
-            assign(target, 0.0f);
+            assign(target, T(0));
         }
     }
-    if (w_node && winograd_applies<float>(geo, groups, geo.channels, outs)) {
-        Tensor<float> dw(wt.shape(), ctx);
+    if (w_node && winograd_applies<T>(geo, groups, geo.channels, outs)) {
+        Tensor<T> dw(wt.shape(), ctx);
         const auto& xs = in.strides();
         if (dl::detail::winograd_weight_gradient(in.data(), {xs[0], xs[1], xs[2], xs[3]},
                                                  {images, geo.channels, geo.h, geo.w, outs, geo.padding.h, geo.padding.w},

@@ -62,24 +62,43 @@ namespace detail {
     }
     return {};
 }
-[[nodiscard]] inline any_tensor contiguous_any(const any_tensor& t) {
-    return std::visit(
-        []<class V>(const V& x) -> any_tensor {
-            if constexpr (std::is_same_v<V, std::monostate>)
-                return x;
-            else
-                return x.contiguous();
-        },
-        t);
-}
-/// t broadcast to `shape` (a view).
-[[nodiscard]] inline any_tensor expand_any(const any_tensor& t, const Shape& shape) {
+/// t broadcast to `shape` as contiguous elements: t itself when it is contiguous and has shape's count,
+/// else a copy through its strides (0 along broadcast dimensions). An element loop rather than
+/// x.expand(shape).contiguous(): that records a view and runs an expression assignment with its
+/// backward, which this visit would compile for all eight dtypes into every file that includes
+/// dl.hpp (~0.9 s of its compile time).
+[[nodiscard]] inline any_tensor dense_any(const any_tensor& t, const Shape& shape) {
     return std::visit(
         [&]<class V>(const V& x) -> any_tensor {
-            if constexpr (std::is_same_v<V, std::monostate>)
+            if constexpr (std::is_same_v<V, std::monostate>) {
                 return x;
-            else
-                return x.expand(shape);
+            } else {
+                const std::int64_t n = shape.numel();
+                if (x.is_contiguous() && x.numel() == n) return x;
+                V out(shape, x.context());
+                if (n == 0) return out;
+                // x's strides aligned to shape's trailing dimensions, 0 where x broadcasts.
+                const int rank = shape.size(), skip = rank - x.rank();
+                std::vector<std::int64_t> strides(static_cast<std::size_t>(rank), 0);
+                for (int d = skip; d < rank; ++d)
+                    if (x.shape()[d - skip] != 1) strides[static_cast<std::size_t>(d)] = x.strides()[d - skip];
+                const std::int64_t inner = rank ? shape[rank - 1] : 1, step = rank ? strides.back() : 0;
+                // An odometer over the outer dimensions; `at` is x's offset of the current row.
+                std::vector<std::int64_t> index(static_cast<std::size_t>(rank), 0);
+                const auto* src = x.data();
+                auto* dst = out.data();
+                for (std::int64_t at = 0, done = 0; done < n; done += inner) {
+                    for (std::int64_t j = 0; j < inner; ++j) *dst++ = src[at + j * step];
+                    for (int d = rank - 2; d >= 0; --d) {
+                        const auto k = static_cast<std::size_t>(d);
+                        at += strides[k];
+                        if (++index[k] < shape[d]) break;
+                        at -= strides[k] * shape[d];
+                        index[k] = 0;
+                    }
+                }
+                return out;
+            }
         },
         t);
 }
@@ -139,7 +158,7 @@ inline void run_fused(const node& n, std::span<const any_tensor> inputs, any_ten
     for (const auto& in : inputs) {
         const std::int64_t own = shape_of_any(in).numel();
         const bool tiled = own > 1 && numel > 1;
-        any_tensor t = !tiled ? in : contiguous_any(own == numel ? in : expand_any(in, shape));
+        any_tensor t = !tiled ? in : dense_any(in, shape);
         std::byte* data = bytes_of_any(t);
         sources.push_back({std::move(t), data, dtype_size(dtype_of_any(in)), tiled});
     }
