@@ -277,3 +277,22 @@ TEST_CASE("tcp: connections beyond max_connections are closed at once; a freed p
     REQUIRE(r);
     CHECK(r->first.request_id == 2);
 }
+
+TEST_CASE("tcp: a success reply carries status ok, whatever the request's status field held") {
+    service svc({.threads = 1});
+    server srv(svc);
+    client c(client_options{{address(srv)}});
+    c.create_table(config(1, 4)).get();
+    raw_connection raw(srv.port());
+    const std::vector<std::uint64_t> ids{1, 2};
+    for (op code : {op::stats, op::pull}) {
+        frame_bytes f = code == op::stats ? frame(op::stats, 1, 5, {}) : pull_frame(1, 5, ids);
+        const std::uint32_t junk_status = 5;
+        std::memcpy(f.data() + 20, &junk_status, 4);
+        raw.send(f);
+        const auto r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.request_id == 5);
+        CHECK(r->first.status == 0);
+    }
+}

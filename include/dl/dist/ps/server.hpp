@@ -182,6 +182,7 @@ private:
         }
         if (ex->reply.empty()) ex->reply.resize(header_bytes);
         frame_header h = ex->request_header;
+        h.status = static_cast<std::uint32_t>(status::ok);  // a request's status field is not echoed: 0 is what says success
         h.payload_bytes = static_cast<std::uint32_t>(ex->reply.size() - header_bytes);
         std::memcpy(ex->reply.data(), &h, header_bytes);
         queue(std::move(ex->reply));
