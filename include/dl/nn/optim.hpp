@@ -262,19 +262,23 @@ public:
     void step() {
         const adam_options& o = this->options_;
         const double t = static_cast<double>(this->steps_ + 1);
-        const double c1 = 1 - std::pow(o.beta1, t), c2 = 1 - std::pow(o.beta2, t);
-        const C b1 = C(o.beta1), b2 = C(o.beta2), eps = C(o.eps);
+        // The moments move toward each gradient by 1 - beta rounded to C (m += (1 - b1)(g - m)), so
+        // their decay is 1 - beta to C's relative precision; b2 = 0.999 rounded to float instead
+        // decays by 0.00099998713, and dividing by 1 - 0.999^t made every early step 6.4e-6 too
+        // large. The bias corrections are computed from the same rounded complements.
+        const C k1 = C(1 - o.beta1), k2 = C(1 - o.beta2), eps = C(o.eps);
+        const double c1 = 1 - std::pow(1 - double(k1), t), c2 = 1 - std::pow(1 - double(k2), t);
         const C step_size = C(o.lr / c1), inv_sqrt_c2 = C(1 / std::sqrt(c2));
-        const C wd = C(o.weight_decay), decay = C(1 - o.lr * o.weight_decay);
+        const C wd = C(o.weight_decay), lr_wd = C(o.lr * o.weight_decay);
         const bool decoupled = o.decoupled_weight_decay;
         this->for_each_parameter([&](Tensor<C>& param, const Tensor<T>& g, std::size_t i) {
             detail::for_each_element(param, g, this->grad_scale(), [=]<class V>(V& p, V d, V& m, V& v) {
                 if (decoupled)
-                    p = p * V(decay);
+                    p = p - V(lr_wd) * p;  // not p·(1 - lr·wd): 0.9999 in float is 1.7e-8 off
                 else
                     d = d + V(wd) * p;
-                m = V(b1) * m + V(C(1) - b1) * d;
-                v = V(b2) * v + V(C(1) - b2) * d * d;
+                m = m + V(k1) * (d - m);
+                v = v + V(k2) * (d * d - v);
                 p = p - V(step_size) * m / (math::sqrt(v) * V(inv_sqrt_c2) + V(eps));
             }, m_[i], v_[i]);
         });
@@ -349,12 +353,14 @@ public:
           buffer_(o.momentum != 0 ? detail::zeros_like_all(this->params_) : std::vector<Tensor<C>>{}) {}
     void step() {
         const rmsprop_options& o = this->options_;
-        const C lr = C(o.lr), a = C(o.alpha), eps = C(o.eps), wd = C(o.weight_decay), mu = C(o.momentum);
+        // Averages move by 1 - alpha rounded to C (sq += (1 - a)(g² - sq)): alpha = 0.999 rounded to
+        // float would decay them by 0.00099998713 instead of 0.001.
+        const C lr = C(o.lr), k = C(1 - o.alpha), eps = C(o.eps), wd = C(o.weight_decay), mu = C(o.momentum);
         this->for_each_parameter([&](Tensor<C>& param, const Tensor<T>& g, std::size_t i) {
             // One loop per combination, each touching only the state it needs.
             auto average = [=]<class V>(V& p, V& d, V& sq) {
                 d = d + V(wd) * p;
-                sq = V(a) * sq + V(C(1) - a) * d * d;
+                sq = sq + V(k) * (d * d - sq);
             };
             auto apply = [=]<class V>(V& p, V d, V denominator, V* b) {
                 if (b) {
@@ -367,13 +373,13 @@ public:
             if (o.centered && o.momentum != 0)
                 detail::for_each_element(param, g, this->grad_scale(), [=]<class V>(V& p, V d, V& sq, V& ga, V& b) {
                     average(p, d, sq);
-                    ga = V(a) * ga + V(C(1) - a) * d;
+                    ga = ga + V(k) * (d - ga);
                     apply(p, d, math::sqrt(sq - ga * ga) + V(eps), &b);
                 }, square_avg_[i], grad_avg_[i], buffer_[i]);
             else if (o.centered)
                 detail::for_each_element(param, g, this->grad_scale(), [=]<class V>(V& p, V d, V& sq, V& ga) {
                     average(p, d, sq);
-                    ga = V(a) * ga + V(C(1) - a) * d;
+                    ga = ga + V(k) * (d - ga);
                     apply(p, d, math::sqrt(sq - ga * ga) + V(eps), static_cast<V*>(nullptr));
                 }, square_avg_[i], grad_avg_[i]);
             else if (o.momentum != 0)
