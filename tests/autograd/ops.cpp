@@ -96,3 +96,20 @@ TEST_CASE("softmax and log_softmax along each dimension, stable for large inputs
     CHECK(p(0, 1) == doctest::Approx(0.7310586));
     CHECK(p(1, 0) == doctest::Approx(0.7310586));
 }
+
+TEST_CASE("softmax and log_softmax of a row holding +inf, NaN or only -inf are NaN throughout, as in PyTorch") {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const auto x = dl::tensor<float>({{1, inf, 2}, {1, nan, 2}, {-inf, -inf, -inf}, {-inf, 0, 1}});
+    for (const auto& y : {dl::softmax(x), dl::log_softmax(x)})
+        for (std::int64_t row = 0; row < 3; ++row)
+            for (std::int64_t j = 0; j < 3; ++j) {
+                CAPTURE(row);
+                CAPTURE(j);
+                CHECK(std::isnan(y(row, j)));
+            }
+    // -inf entries beside finite ones are ordinary: probability 0.
+    const auto p = dl::softmax(x);
+    CHECK(p(3, 0) == 0.0f);
+    CHECK(p(3, 2) == doctest::Approx(0.7310586));
+    CHECK(dl::log_softmax(x)(3, 0) == -inf);
+}

@@ -15,8 +15,8 @@ namespace autograd::detail {
 template <class T>
 [[nodiscard]] std::pair<Tensor<T>, Tensor<T>> softmax_shift(const Tensor<T>& x, int dim) {
     Tensor<T> m = dl::detail::reduce(x, {dim}, true, dl::detail::extreme_acc<T, true>{}, "softmax");
-    // An all -inf row has max -inf; shift by 0 instead so it gives -inf rather than NaN.
-    m = where(isfinite(m), m, T(0));
+    // A row holding +inf or NaN, or only -inf, has a maximum that makes x - m NaN, so the whole row
+    // comes out NaN, as in PyTorch.
     Tensor<T> s = dl::detail::reduce(exp(x - m.expand(x.shape())), {dim}, true, dl::detail::sum_acc<T>{}, "softmax");
     s = log(s);
     return {m.expand(x.shape()), s.expand(x.shape())};
