@@ -112,7 +112,11 @@ struct fn_node : detail::expression_tag {
 
 template <class Op, class... E>
 [[nodiscard]] auto make_node(Op op, E&&... e) {
-    return fn_node<Op, detail::operand_t<E&&>...>{{}, op, {std::forward<E>(e)...}};
+    fn_node<Op, detail::operand_t<E&&>...> node{{}, op, {std::forward<E>(e)...}};
+    // Broadcasting is checked as the expression is built, so that the error points at the line that
+    // built it rather than at a later assignment. (shape_of is found by argument-dependent lookup.)
+    if constexpr (sizeof...(E) > 1) (void)shape_of(node);
+    return node;
 }
 
 /// Wraps scalars as scalar_node<T> (T: the element type they combine with); passes expressions on.
