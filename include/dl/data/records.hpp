@@ -7,11 +7,7 @@
 // Sparse ID features (the inputs of recommendation models) are stored as CSR blocks: a record holds
 // the rows of one batch as offsets [rows + 1], ids [nnz] and optional weights [nnz], laid out so that
 // reading them is a view into the reader's buffer, with no per-record copy.
-//
-// CRC32C is hand-written (no Debian package ships a C++ CRC32C library): the SSE4.2 crc32
-// instruction where the target has it, a table otherwise, both checked against RFC 3720's vectors.
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -24,56 +20,18 @@
 #include <string_view>
 #include <vector>
 
-#if defined(__SSE4_2__)
-#include <nmmintrin.h>
-#endif
-
+#include "../core/crc32c.hpp"
 #include "../core/error.hpp"
 
 namespace dl::data {
 
 static_assert(std::endian::native == std::endian::little, "dl record files assume a little-endian machine");
 
+// The parameter server's logs and the tests name these as dl::data's.
+using dl::crc32c;
 namespace detail {
-
-inline constexpr std::array<std::uint32_t, 256> crc32c_table = [] {
-    std::array<std::uint32_t, 256> t{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-        std::uint32_t c = i;
-        for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected Castagnoli
-        t[i] = c;
-    }
-    return t;
-}();
-
-/// CRC32C of `bytes` continuing from `crc` (0 to start), with a table: the reference path.
-[[nodiscard]] inline std::uint32_t crc32c_table_path(const void* bytes, std::size_t n, std::uint32_t crc = 0) noexcept {
-    const auto* p = static_cast<const unsigned char*>(bytes);
-    crc = ~crc;
-    for (std::size_t i = 0; i < n; ++i) crc = crc32c_table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-    return ~crc;
-}
-
+using dl::detail::crc32c_table_path;
 }  // namespace detail
-
-/// CRC32C (Castagnoli) of `bytes`, continuing from `crc`.
-[[nodiscard]] inline std::uint32_t crc32c(const void* bytes, std::size_t n, std::uint32_t crc = 0) noexcept {
-#if defined(__SSE4_2__)
-    const auto* p = static_cast<const unsigned char*>(bytes);
-    std::uint64_t c = ~crc;
-    std::size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        std::uint64_t word;
-        std::memcpy(&word, p + i, 8);
-        c = _mm_crc32_u64(c, word);
-    }
-    auto c32 = static_cast<std::uint32_t>(c);
-    for (; i < n; ++i) c32 = _mm_crc32_u8(c32, p[i]);
-    return ~c32;
-#else
-    return detail::crc32c_table_path(bytes, n, crc);
-#endif
-}
 
 /// TFRecord's masking, so that CRCs of data that itself holds CRCs stay well distributed.
 [[nodiscard]] constexpr std::uint32_t mask_crc(std::uint32_t crc) noexcept {
