@@ -1,8 +1,10 @@
-# cmake -DMODE=find_package|add_subdirectory -DSOURCE_DIR=... -DBUILD_DIR=... -DWORK_DIR=...
-#       -DGENERATOR=... -DMAKE_PROGRAM=... -DCXX=... [-DLAUNCHER=...] -P install_test.cmake
+# cmake -DMODE=find_package|find_package_core|add_subdirectory -DSOURCE_DIR=... -DBUILD_DIR=...
+#       -DWORK_DIR=... -DGENERATOR=... -DMAKE_PROGRAM=... -DCXX=... [-DLAUNCHER=...]
+#       [-DCOMPONENTS=data,ps,mpi] -P install_test.cmake
 #
-# Builds and runs tests/install/consumer against dl as a user would get it: installed
-# (find_package) or vendored (add_subdirectory).
+# Builds and runs tests/install/consumer against dl as a user would get it: installed (find_package,
+# asking for COMPONENTS), installed on a machine without zlib, nlohmann-json, Boost or MPI
+# (find_package_core: dl::dl alone), or vendored (add_subdirectory).
 function(run_step what)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
@@ -20,12 +22,24 @@ if(LAUNCHER)
   list(APPEND _args "-DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER}")
 endif()
 
-if(MODE STREQUAL "find_package")
-  set(_prefix "${BUILD_DIR}/install-test/prefix")
-  file(REMOVE_RECURSE "${_prefix}")
+if(MODE MATCHES "^find_package")
+  set(_prefix "${WORK_DIR}/prefix")
   run_step("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${_prefix}" --config Release)
-  run_step("configure" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${_build}"
-    ${_args} "-DCMAKE_PREFIX_PATH=${_prefix}")
+  list(APPEND _args "-DCMAKE_PREFIX_PATH=${_prefix}")
+  if(MODE STREQUAL "find_package_core")
+    # As if none of the components' dependencies were installed: find_package(dl) must not look for them.
+    foreach(_absent IN ITEMS ZLIB nlohmann_json Boost MPI)
+      list(APPEND _args "-DCMAKE_DISABLE_FIND_PACKAGE_${_absent}=ON")
+    endforeach()
+    execute_process(COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/asks-ps"
+      ${_args} "-DDL_CONSUMER_COMPONENTS=ps" RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+    if(_rc EQUAL 0 OR NOT _out MATCHES "component 'ps' needs Boost")
+      message(FATAL_ERROR "install test: asking for dl's ps component without Boost should fail and say why:\n${_out}")
+    endif()
+  else()
+    list(APPEND _args "-DDL_CONSUMER_COMPONENTS=${COMPONENTS}")
+  endif()
+  run_step("configure" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${_build}" ${_args})
   # Guard against a stray dl found elsewhere (system prefix, package registry).
   file(STRINGS "${_build}/CMakeCache.txt" _dl_dir REGEX "^dl_DIR:")
   string(FIND "${_dl_dir}" "${_prefix}/" _at)

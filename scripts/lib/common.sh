@@ -15,6 +15,27 @@ BUILD_DIR=${BUILD_DIR:-build}
 
 section() { printf '\n==== %s ====\n' "$*"; }
 
+# Prints "passed after Xm Ys", or the failure, as the script exits. A signal exits with 128 + its
+# number: an EXIT trap alone would read the status of the last command that finished, and call an
+# interrupted run passed.
+dl_report_on_exit() {
+  trap 'dl_finish_report' EXIT
+  local signal
+  for signal in HUP INT TERM; do
+    # shellcheck disable=SC2064 # the signal's name and number are meant to be fixed now
+    trap "dl_signal=SIG$signal; exit $((128 + $(kill -l "$signal")))" "$signal"
+  done
+}
+dl_finish_report() {
+  local rc=$? verdict=passed
+  if [[ -n ${dl_signal:-} ]]; then
+    verdict="FAILED: interrupted by $dl_signal (exit $rc)"
+  elif ((rc != 0)); then
+    verdict="FAILED (exit $rc)"
+  fi
+  section "$verdict after $((SECONDS / 60))m $((SECONDS % 60))s"
+}
+
 # The -G option for a new build tree: Ninja. A tree configured before keeps its generator (CMake
 # refuses to switch one).
 dl_generator() {
