@@ -106,6 +106,11 @@ TEST_CASE("damaged records are detected: fail names record and offset, skip coun
     dl::data::record_reader skipping(path, dl::data::on_corrupt::skip);
     (void)skipping.next();
     CHECK(dl_test::error_message([&] { (void)skipping.next(); }).find("damaged record length") != std::string::npos);
+    // An empty file is not a file of no records: it is a file whose writer never wrote.
+    write_all(path, {});
+    dl::data::record_reader empty(path);
+    const std::string m = dl_test::error_message([&] { (void)empty.next(); });
+    CHECK(m.find(path.string() + " is empty (0 bytes)") != std::string::npos);
     // Truncated in a header and in a payload.
     write_all(path, {bytes.begin(), bytes.begin() + 5});
     dl::data::record_reader short_header(path);

@@ -82,9 +82,12 @@ public:
         in_.seekg(0);
     }
 
-    /// The next intact record's payload, or an empty optional at the end. The span points into the
-    /// reader's buffer and stays valid until the next call (aligned to 16 bytes).
+    /// The next intact record's payload, or an empty optional at the end; an empty file is an error.
+    /// The span points into the reader's buffer and stays valid until the next call (aligned to 16 bytes).
     [[nodiscard]] std::optional<std::span<const std::byte>> next() {
+        // Zero records are not an empty file: a writer that wrote nothing, or a file cut at 0 bytes,
+        // would otherwise read as a valid empty dataset.
+        if (size_ == 0) fail_at(0, "is empty (0 bytes): a record file holds at least one record");
         for (;;) {
             if (offset_ == size_) return std::nullopt;
             const std::int64_t at = offset_;
