@@ -25,6 +25,20 @@ TEST_CASE("Dims holds up to max_rank extents and counts their product") {
     CHECK(Shape::filled(3, 9) == Shape{9, 9, 9});
 }
 
+TEST_CASE("Dims::checked_numel gives the product, or nothing when it overflows or an extent is negative") {
+    constexpr std::int64_t big = std::int64_t(1) << 32;
+    CHECK(Shape{}.checked_numel() == 1);
+    CHECK(Shape{2, 3, 4}.checked_numel() == 24);
+    CHECK(Shape{2, 0, 4}.checked_numel() == 0);
+    CHECK(Shape{big, big / 4}.checked_numel() == std::int64_t(1) << 62);
+    CHECK(Shape{big, big / 2}.checked_numel() == std::nullopt);  // 2^63: one past int64's largest
+    CHECK(Shape{big, big}.checked_numel() == std::nullopt);  // numel() wraps this to 0
+    CHECK(Shape{std::numeric_limits<std::int64_t>::max(), 2}.checked_numel() == std::nullopt);
+    CHECK(Shape{big, big, 0}.checked_numel() == std::nullopt);  // 0 elements, but its strides overflow
+    CHECK(Shape{3, -1}.checked_numel() == std::nullopt);
+    static_assert(Shape{4, 5}.checked_numel() == 20);
+}
+
 TEST_CASE("Dims rejects more than max_rank extents") {
     Shape s = Shape::filled(dl::max_rank, 1);
     CHECK_THROWS_AS(s.push_back(1), dl::error);

@@ -185,3 +185,24 @@ TEST_CASE("Python's safetensors reads dl's files and dl reads Python's (skipped 
     fs::remove(ours);
     fs::remove(theirs);
 }
+
+TEST_CASE("extents and offsets that overflow are errors, not wrapped sizes") {
+    const fs::path path = temp_file("overflow.safetensors");
+    auto message = [&] { return dl_test::error_message([&] { const dl::nn::safetensors_file f(path); }); };
+    // 2^32 x 2^32 elements wrap to 0 in 64 bits: without a check they match data_offsets [0, 0].
+    write_bytes(path, R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", {});
+    CHECK(message().find("overflow") != std::string::npos);
+    CHECK(message().find(path.string()) != std::string::npos);
+    // 2^62 x 4 bytes wraps to 0 too, past the element count.
+    write_bytes(path, R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", {});
+    CHECK(message().find("overflow") != std::string::npos);
+    // 2^63 does not fit an int64 extent at all.
+    write_bytes(path, R"({"w":{"dtype":"U8","shape":[9223372036854775808,1],"data_offsets":[0,0]}})", {});
+    CHECK(message().find("overflow") != std::string::npos);
+    // Offsets past the data section, near 2^63 and 2^64: named, never summed into a wrapped position.
+    write_bytes(path, R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[9223372036854775804,9223372036854775808]}})", {});
+    CHECK(message().find("is truncated: its tensors need 9223372036854775808 bytes of data, the file has 0") != std::string::npos);
+    write_bytes(path, R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]}})", {});
+    CHECK(message().find("is truncated: its tensors need 18446744073709551615 bytes of data, the file has 0") != std::string::npos);
+    fs::remove(path);
+}

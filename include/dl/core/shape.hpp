@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string_view>
@@ -61,6 +62,18 @@ public:
         std::int64_t n = 1;
         for (auto e : *this) n *= e;
         return n;
+    }
+    /// Product of the extents, or nullopt when an extent is negative or the product overflows int64
+    /// (zero extents counted as 1 there, so that strides from the shape fit too). For shapes read from
+    /// files and sockets; numel() stays unchecked, as it runs for every tensor and view made.
+    [[nodiscard]] constexpr std::optional<std::int64_t> checked_numel() const noexcept {
+        std::int64_t n = 1;
+        bool zero = false;
+        for (auto e : *this) {
+            if (e < 0 || __builtin_mul_overflow(n, std::max<std::int64_t>(e, 1), &n)) return std::nullopt;
+            zero = zero || e == 0;
+        }
+        return zero ? 0 : n;
     }
 
     friend constexpr bool operator==(const Dims& a, const Dims& b) noexcept {

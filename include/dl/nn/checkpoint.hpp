@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -95,10 +96,7 @@ public:
             if (b != at) fail_at(data_ + std::min(b, at), "has tensor data that ", b < at ? "overlaps" : "leaves a gap");
             at = e;
         }
-        const std::int64_t available = static_cast<std::int64_t>(bytes_.size()) - data_;
-        if (at > available)
-            fail_at(static_cast<std::int64_t>(bytes_.size()), "is truncated: its tensors need ", at,
-                    " bytes of data, the file has ", available);
+        const std::int64_t available = static_cast<std::int64_t>(bytes_.size()) - data_;  // parse_entry: at <= available
         if (at < available) fail_at(data_ + at, "has ", available - at, " bytes after the last tensor's data");
     }
 
@@ -146,17 +144,31 @@ private:
         if (!dtype) bad("unsupported dtype (dl reads BOOL, U8, I32, I64, F32, F64, BF16, F16)");
         s.dtype = *dtype;
         if (!e["shape"].is_array() || e["shape"].size() > static_cast<std::size_t>(max_rank)) bad("shape must be a list of at most 8 extents");
+        // Extents and offsets are read as uint64 and checked before any arithmetic: a product or a sum
+        // that wraps would pass the size checks and leave a tensor smaller than its shape.
+        constexpr auto largest = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
         for (const auto& d : e["shape"]) {
             if (!d.is_number_unsigned()) bad("shape extents must be non-negative integers");
-            s.shape.push_back(d.get<std::int64_t>());
+            const auto extent = d.get<std::uint64_t>();
+            if (extent > largest) fail_at(8, "has a bad entry for '", name, "': extent ", extent, " overflows int64");
+            s.shape.push_back(static_cast<std::int64_t>(extent));
         }
+        const auto numel = s.shape.checked_numel();
+        std::int64_t bytes = 0;
+        if (!numel || __builtin_mul_overflow(*numel, static_cast<std::int64_t>(dtype_size(s.dtype)), &bytes))
+            fail_at(8, "has a bad entry for '", name, "': shape ", s.shape, " of ", detail::safetensors_dtype(s.dtype),
+                    " overflows int64 in elements or bytes");
         const auto& o = e["data_offsets"];
         if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
             bad("data_offsets must be two non-negative integers");
-        s.begin = o[0].get<std::int64_t>();
-        s.end = o[1].get<std::int64_t>();
-        if (s.end < s.begin || s.end - s.begin != s.shape.numel() * static_cast<std::int64_t>(dtype_size(s.dtype)))
-            bad("data_offsets do not span dtype size x the number of elements");
+        const auto begin = o[0].get<std::uint64_t>(), end = o[1].get<std::uint64_t>();
+        const auto available = bytes_.size() - static_cast<std::size_t>(data_);
+        if (begin > available || end > available)
+            fail_at(static_cast<std::int64_t>(bytes_.size()), "is truncated: its tensors need ", std::max(begin, end),
+                    " bytes of data, the file has ", available);
+        s.begin = static_cast<std::int64_t>(begin);
+        s.end = static_cast<std::int64_t>(end);
+        if (s.end < s.begin || s.end - s.begin != bytes) bad("data_offsets do not span dtype size x the number of elements");
         return s;
     }
 
