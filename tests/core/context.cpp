@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -29,11 +30,12 @@ std::vector<int> hits_per_index(std::int64_t count, Run&& run) {
 /// A user executor (as a game engine would hand in): runs every task inline, in reverse order, and
 /// counts what it was asked.
 struct counting_executor {
-    std::atomic<int> calls{0};
+    std::atomic<int> calls{0}, single_tasks{0};
     std::atomic<std::int64_t> tasks{0};
     int threads = 4;
     void parallel_for(std::int64_t count, dl::task_ref task) {
         ++calls;
+        single_tasks += count <= 1;
         tasks += count;
         for (std::int64_t i = count - 1; i >= 0; --i) task(i);
     }
@@ -221,6 +223,33 @@ TEST_CASE("a small elementwise assignment does not go through the executor") {
     Tensor<float> y = x + 1.0f;
     CHECK(exec.calls.load() == 0);
     CHECK(y(99) == 2.0f);
+}
+
+TEST_CASE("a Context handed a user executor never starts its own threads, and runs single tasks inline") {
+    const auto process_threads = [] {
+        const std::filesystem::directory_iterator tasks("/proc/self/task");
+        return std::distance(std::filesystem::begin(tasks), std::filesystem::end(tasks));
+    };
+    const auto before = process_threads();
+    dl::Context ctx({.threads = 4});
+    counting_executor exec;
+    ctx.use_executor(exec);
+    const auto x = dl::uniform<float>({1 << 20}, -1, 1, ctx);
+    Tensor<float> y = dl::exp(x) * 2.0f;                      // split into many tasks
+    const auto small = dl::uniform<float>({3, 5}, -1, 1, ctx);
+    (void)dl::sum(small).item();                               // small ops: one task at most
+    (void)dl::matmul(small, small.transpose(0, 1));
+    std::int64_t ran = 0;
+    ctx.parallel_for(1, [&](std::int64_t) { ++ran; });
+    CHECK(ran == 1);
+    CHECK(exec.calls.load() > 0);
+    CHECK(exec.single_tasks.load() == 0);
+    CHECK(process_threads() == before);
+
+    ctx.use_own_pool();  // its 3 workers start with the first work split over them
+    Tensor<float> z = dl::exp(x) * 2.0f;
+    CHECK(process_threads() == before + 3);
+    CHECK(dl_test::same_elements(y, z));
 }
 
 TEST_CASE("random tensors do not depend on how the executor orders the work") {

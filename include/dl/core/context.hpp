@@ -74,10 +74,11 @@ public:
     }
     void use_own_pool() noexcept { use_executor(pool_); }
 
-    /// Runs task(i) for i in [0, count) on the current executor.
+    /// Runs task(i) for i in [0, count) on the current executor; a single task runs on the caller
+    /// (a user's job system would only pay a hand-off for it).
     void parallel_for(std::int64_t count, task_ref task) const {
         const dl::flush_denormals mode(flush_denormals_);
-        if (serial_scope::active()) {
+        if (count <= 1 || serial_scope::active()) {
             for (std::int64_t i = 0; i < count; ++i) task(i);
             return;
         }

@@ -44,18 +44,13 @@ concept executor = requires(E& e, std::int64_t count, task_ref task) {
 
 class thread_pool {
 public:
-    /// `threads` is the total concurrency: the calling thread works too, so threads - 1 are spawned.
-    /// With `flush_denormals` the workers run with FTZ set for their whole life.
+    /// `threads` is the total concurrency: the calling thread works too, so threads - 1 are spawned,
+    /// by the first parallel_for that has more than one task (a Context handed a user's executor
+    /// before it runs anything never starts them). With `flush_denormals` the workers run with FTZ
+    /// set for their whole life.
     explicit thread_pool(int threads = static_cast<int>(std::thread::hardware_concurrency()),
-                         bool flush_denormals = true) {
-        threads = std::max(threads, 1);
-        workers_.reserve(static_cast<std::size_t>(threads - 1));
-        for (int i = 0; i + 1 < threads; ++i)
-            workers_.emplace_back([this, flush_denormals] {
-                const dl::flush_denormals mode(flush_denormals);
-                work();
-            });
-    }
+                         bool flush_denormals = true)
+        : threads_(std::max(threads, 1)), flush_denormals_(flush_denormals) {}
     thread_pool(const thread_pool&) = delete;
     thread_pool& operator=(const thread_pool&) = delete;
     ~thread_pool() {
@@ -67,16 +62,19 @@ public:
         for (auto& w : workers_) w.join();
     }
 
-    [[nodiscard]] int concurrency() const noexcept { return static_cast<int>(workers_.size()) + 1; }
+    [[nodiscard]] int concurrency() const noexcept { return threads_; }
+    /// Whether the worker threads have been started.
+    [[nodiscard]] bool started() const noexcept { return started_.load(std::memory_order_acquire); }
 
     /// Runs task(i) for i in [0, count); rethrows the first exception a task threw.
     void parallel_for(std::int64_t count, task_ref task) {
         if (count <= 0) return;
-        if (count == 1 || workers_.empty() || inside_ == this) {  // nested calls run inline
+        if (count == 1 || threads_ == 1 || inside_ == this) {  // nested calls run inline
             for (std::int64_t i = 0; i < count; ++i) task(i);
             return;
         }
         std::lock_guard serial(submit_mutex_);
+        if (!started_.load(std::memory_order_relaxed)) start_workers();
         {
             std::lock_guard lock(mutex_);
             task_ = &task;
@@ -95,6 +93,16 @@ public:
     }
 
 private:
+    void start_workers() {
+        workers_.reserve(static_cast<std::size_t>(threads_ - 1));
+        for (int i = 0; i + 1 < threads_; ++i)
+            workers_.emplace_back([this] {
+                const dl::flush_denormals mode(flush_denormals_);
+                work();
+            });
+        started_.store(true, std::memory_order_release);
+    }
+
     void run_chunks(const task_ref& task, std::int64_t count) {
         const thread_pool* outer = std::exchange(inside_, this);
         std::int64_t completed = 0;
@@ -151,7 +159,10 @@ private:
 
     static inline thread_local const thread_pool* inside_ = nullptr;
 
-    std::vector<std::thread> workers_;
+    int threads_;
+    bool flush_denormals_;
+    std::atomic<bool> started_{false};
+    std::vector<std::thread> workers_;  // written once, under submit_mutex_, before started_
     std::mutex submit_mutex_;  // one parallel_for at a time per pool
     std::mutex mutex_;
     std::condition_variable wake_, finished_;
