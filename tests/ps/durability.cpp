@@ -360,3 +360,50 @@ TEST_CASE("kill -9 of a server process loses no acknowledged push") {
     ::kill(pid2, SIGKILL);
     ::waitpid(pid2, nullptr, 0);
 }
+
+TEST_CASE("adam's beta1 and beta2 survive a restart as doubles; a tables.log of f32 betas still restores") {
+    temp_dir dir("betas");
+    table_config c = config(3, 4, optimizer_kind::adam);
+    c.optimizer.beta1 = 0.95;
+    c.optimizer.beta2 = 1 - 1e-9;  // 1.0 in float: only a double keeps it below 1
+    {
+        service svc(durable(dir.path));
+        client(svc).create_table(c).get();
+    }
+    {
+        service svc(durable(dir.path));
+        CHECK(svc.config(3).optimizer.beta1 == 0.95);
+        CHECK(svc.config(3).optimizer.beta2 == 1 - 1e-9);
+    }
+    // A data dir written before version 2: its table record holds the betas as f32.
+    temp_dir old("betas_v1");
+    {
+        fs::create_directories(old.path);
+        detail::log_file meta(old.path / "meta");
+        meta.append([](frame_bytes& b) {
+            detail::put(b, detail::record_kind::meta);
+            detail::put(b, std::uint32_t{2});
+        });
+        meta.sync();
+        detail::log_file tables(old.path / "tables.log");
+        tables.append([](frame_bytes& b) {
+            detail::put(b, detail::record_kind::table);
+            detail::put(b, std::uint32_t{5});
+            detail::put(b, std::uint32_t{4});                                         // dim
+            detail::put(b, static_cast<std::uint32_t>(initializer_kind::zeros));
+            detail::put(b, 0.0f);                                                     // scale
+            detail::put(b, std::uint64_t{1});                                         // seed
+            detail::put(b, static_cast<std::uint32_t>(optimizer_kind::adam));
+            for (float f : {0.01f, 1e-8f, 0.0f, 0.9f, 0.999f, 1.0f, 0.0f, 0.0f}) detail::put(b, f);
+            detail::put(b, std::uint32_t{1});                                         // admit_after
+            detail::put(b, std::uint32_t{0});                                         // ttl
+            detail::put(b, std::uint64_t{0});                                         // budget
+        });
+        tables.sync();
+    }
+    service svc(durable(old.path));
+    CHECK(svc.config(5).dim == 4);
+    CHECK(svc.config(5).optimizer.beta1 == 0.9);
+    CHECK(svc.config(5).optimizer.beta2 == 0.999);
+    CHECK(svc.config(5).optimizer.lr == 0.01f);
+}

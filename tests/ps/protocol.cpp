@@ -37,8 +37,12 @@ TEST_CASE("a header is accepted only with the right magic, version, reserved fie
     CHECK(parse(h).verdict == header_verdict::close);
     CHECK(parse(h).reason.find("bad magic") != std::string::npos);
     h = ok;
-    h.version = 2;
+    h.version = protocol_version + 1;
     CHECK(parse(h).verdict == header_verdict::close);
+    h.version = 0;
+    CHECK(parse(h).verdict == header_verdict::close);
+    h.version = 1;  // the version before f64 betas: still read
+    CHECK(parse(h).verdict == header_verdict::ok);
     h = ok;
     h.reserved = 1;
     CHECK(parse(h).verdict == header_verdict::close);
@@ -127,6 +131,27 @@ TEST_CASE("pull payloads are whole ids; table configs round-trip and are validat
     CHECK(back.admit_after == 4);
     CHECK(back.ttl_steps == 1000);
     CHECK(back.memory_budget == (1u << 30));
+
+    // Adam's betas go as f64 (version 2); a version 1 config's f32 betas read as their decimals.
+    c.optimizer = {};
+    c.optimizer.kind = optimizer_kind::adam;
+    c.optimizer.beta2 = 1 - 1e-9;
+    frame_bytes adam;
+    byte_writer wa(adam);
+    encode(wa, c);
+    byte_reader ra(adam);
+    CHECK(decode_table_config(ra, 1).optimizer.beta2 == 1 - 1e-9);
+    frame_bytes v1(adam.begin(), adam.begin() + 36);  // up to the betas
+    const float betas[2] = {0.9f, 0.999f};
+    v1.insert(v1.end(), reinterpret_cast<const std::byte*>(betas), reinterpret_cast<const std::byte*>(betas + 2));
+    v1.insert(v1.end(), adam.begin() + 52, adam.end());
+    byte_reader r1(v1);
+    const table_config old = decode_table_config(r1, 1, 1);
+    CHECK(old.optimizer.beta1 == 0.9);
+    CHECK(old.optimizer.beta2 == 0.999);
+    CHECK(old.memory_budget == (1u << 30));
+    byte_reader r1_as_v2(v1);
+    CHECK_THROWS_AS((void)decode_table_config(r1_as_v2, 1), decode_error);  // 8 bytes short
 
     frame_bytes truncated(bytes.begin(), bytes.end() - 1);
     byte_reader rt(truncated);

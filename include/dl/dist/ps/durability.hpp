@@ -187,7 +187,7 @@ inline std::map<std::uint64_t, fs::path> numbered_files(const fs::path& dir, std
 
 enum class record_kind : std::uint32_t {
     meta = 1,        ///< u32 shards
-    table = 2,       ///< table config (id first): tables.log, and a checkpoint's table section
+    table = 2,       ///< table config (id first) in protocol version 1's layout (f32 betas): tables.log before version 2
     grow = 3,        ///< u32 table, u32 dim: tables.log, and a shard's log (where its pushes change dim)
     rows = 4,        ///< u32 table, u32 count, then per row: row_meta, u32 dim, weights, state
     removed = 5,     ///< u32 table, u32 count, u32 0, ids: rows evicted (in a log, and in an incremental checkpoint)
@@ -195,6 +195,7 @@ enum class record_kind : std::uint32_t {
     step = 7,        ///< u32 table, u32 dim, u64 step: a table's dim and step counter at a checkpoint
     end = 8,         ///< u64 sequence: the last record of a complete checkpoint
     export_head = 9, ///< u32 table, u32 dim: the first record of an exported table
+    table_v2 = 10,   ///< table config (id first) in protocol version 2's layout (f64 betas): tables.log
 };
 
 template <class T>
@@ -203,7 +204,7 @@ void put(frame_bytes& out, const T& value) {
 }
 
 inline void put_config(frame_bytes& out, const table_config& c) {
-    put(out, record_kind::table);
+    put(out, record_kind::table_v2);
     put(out, c.id);
     byte_writer w(out);
     encode(w, c);

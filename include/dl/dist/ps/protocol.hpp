@@ -1,14 +1,18 @@
 #pragma once
 // The parameter server's wire protocol: length-prefixed little-endian frames.
 //
-//   header (32 bytes)  magic "DLPS" u32 | version u16 | op u16 | request id u64 | table u32 |
+//   header (32 bytes)  magic "DLPS" u32 | version u16 (1 or 2) | op u16 | request id u64 | table u32 |
 //                      status u32 (0 in requests; 0 = ok in replies) | payload bytes u32 | reserved u32 = 0
 //   payload            per op, below; an error reply carries a UTF-8 message
 //
 // Every field is checked on receive (parse_header, the decode_* functions): a frame that fails gets
 // an error reply or, when the stream cannot be trusted any more (bad magic, version, oversized
 // payload), a closed connection. No check allocates more than max_payload bytes.
+//
+// Version 2 carries Adam's beta1 and beta2 as f64 in a table config; a version 1 frame (f32) is
+// still read, and its reply carries version 1.
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +30,8 @@ namespace dl::ps {
 static_assert(std::endian::native == std::endian::little, "dl::ps frames are little-endian on the wire and in memory");
 
 inline constexpr std::uint32_t frame_magic = 0x53504C44u;  // "DLPS" read as little-endian bytes
-inline constexpr std::uint16_t protocol_version = 1;
+inline constexpr std::uint16_t protocol_version = 2;
+inline constexpr std::uint16_t oldest_protocol_version = 1;
 inline constexpr std::size_t header_bytes = 32;
 inline constexpr std::uint32_t default_max_payload = 256u << 20;
 
@@ -112,7 +117,7 @@ struct parsed_header {
         return p;
     };
     if (h.magic != frame_magic) return close("bad magic " + std::to_string(h.magic));
-    if (h.version != protocol_version) return close("unsupported protocol version " + std::to_string(h.version));
+    if (h.version < oldest_protocol_version || h.version > protocol_version) return close("unsupported protocol version " + std::to_string(h.version));
     if (h.reserved != 0) return close("reserved header field is not zero");
     if (h.payload_bytes > max_payload) {
         p = close("payload of " + std::to_string(h.payload_bytes) + " bytes exceeds the limit of " + std::to_string(max_payload));
@@ -214,6 +219,9 @@ private:
 // Arrays of u64/f32 are read in place from the frame buffer: the buffers are allocated by
 // frame_bytes at new-alignment and the payload starts 32 bytes in, so they are aligned.
 
+/// A table config as version 2 writes it: u32 dim, u32 initializer, f32 scale, u64 seed, u32 optimizer,
+/// f32 lr, eps, initial accumulator, f64 beta1, beta2, f32 beta, l1, l2, u32 admit_after, u32 ttl,
+/// u64 memory budget. (Version 1: the same with f32 beta1 and beta2.)
 inline void encode(byte_writer& w, const table_config& c) {
     w.put(c.dim);
     w.put(static_cast<std::uint32_t>(c.init.kind));
@@ -221,14 +229,28 @@ inline void encode(byte_writer& w, const table_config& c) {
     w.put(c.seed);
     const optimizer_config& o = c.optimizer;
     w.put(static_cast<std::uint32_t>(o.kind));
-    for (float f : {o.lr, o.eps, o.initial_accumulator, o.beta1, o.beta2, o.beta, o.l1, o.l2}) w.put(f);
+    for (float f : {o.lr, o.eps, o.initial_accumulator}) w.put(f);
+    w.put(o.beta1);
+    w.put(o.beta2);
+    for (float f : {o.beta, o.l1, o.l2}) w.put(f);
     w.put(c.admit_after);
     w.put(c.ttl_steps);
     w.put(c.memory_budget);
 }
 
-/// Reads a table config (the id comes from the frame header) and validates it.
-[[nodiscard]] inline table_config decode_table_config(byte_reader& r, std::uint32_t id) {
+/// A version 1 f32 hyper-parameter as the decimal it was most likely written as (the shortest that
+/// rounds to it): 0.999f comes back as 0.999, not as 0.99900001287.
+[[nodiscard]] inline double widen_decimal(float f) {
+    char text[32];
+    const auto end = std::to_chars(text, text + sizeof text, f).ptr;
+    double d = f;
+    std::from_chars(text, end, d);
+    return d;
+}
+
+/// Reads a table config written by protocol `version` (the id comes from the frame header) and
+/// validates it.
+[[nodiscard]] inline table_config decode_table_config(byte_reader& r, std::uint32_t id, std::uint16_t version = protocol_version) {
     table_config c;
     c.id = id;
     c.dim = r.get<std::uint32_t>();
@@ -237,7 +259,9 @@ inline void encode(byte_writer& w, const table_config& c) {
     c.seed = r.get<std::uint64_t>();
     const auto opt_kind = r.get<std::uint32_t>();
     optimizer_config& o = c.optimizer;
-    for (float* f : {&o.lr, &o.eps, &o.initial_accumulator, &o.beta1, &o.beta2, &o.beta, &o.l1, &o.l2}) *f = r.get<float>();
+    for (float* f : {&o.lr, &o.eps, &o.initial_accumulator}) *f = r.get<float>();
+    for (double* f : {&o.beta1, &o.beta2}) *f = version >= 2 ? r.get<double>() : widen_decimal(r.get<float>());
+    for (float* f : {&o.beta, &o.l1, &o.l2}) *f = r.get<float>();
     c.admit_after = r.get<std::uint32_t>();
     c.ttl_steps = r.get<std::uint32_t>();
     c.memory_budget = r.get<std::uint64_t>();

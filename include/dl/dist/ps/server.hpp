@@ -119,7 +119,7 @@ private:
             case op::push: return service_.push(h.table, decode_push(ex->request), done);
             case op::create_table: {
                 byte_reader r(ex->request);
-                return service_.create_table(decode_table_config(r, h.table), done);
+                return service_.create_table(decode_table_config(r, h.table, h.version), done);
             }
             case op::grow_dim: {
                 byte_reader r(ex->request);
@@ -191,7 +191,7 @@ private:
     [[nodiscard]] static frame_bytes error_frame(frame_header h, status code, std::string_view message) {
         message = message.substr(0, 4096);
         h.magic = frame_magic;
-        h.version = protocol_version;
+        if (h.version < oldest_protocol_version || h.version > protocol_version) h.version = protocol_version;
         h.reserved = 0;
         h.status = static_cast<std::uint32_t>(code);
         h.payload_bytes = static_cast<std::uint32_t>(message.size());

@@ -595,8 +595,8 @@ private:
             byte_reader r(record);
             const auto kind = detail::kind_of(r, tables);
             const auto id = r.get<std::uint32_t>();
-            if (kind == detail::record_kind::table) {
-                const table_config c = decode_table_config(r, id);
+            if (kind == detail::record_kind::table || kind == detail::record_kind::table_v2) {
+                const table_config c = decode_table_config(r, id, kind == detail::record_kind::table ? 1 : 2);
                 final_config[id] = c;
                 for (auto& sh : shards_) sh.tables.emplace(id, std::make_unique<table>(c));
             } else if (kind == detail::record_kind::grow) {

@@ -42,7 +42,8 @@ struct optimizer_config {
     float lr = 0.01f;
     float eps = 1e-10f;                ///< adagrad, rowwise_adagrad, adam
     float initial_accumulator = 0.0f;  ///< adagrad, rowwise_adagrad: the starting Σg²
-    float beta1 = 0.9f, beta2 = 0.999f;  ///< adam
+    /// adam. Doubles: Adam's decay rates are 1 - beta, and 1 - 0.999f is 1.3e-5 relative off 0.001.
+    double beta1 = 0.9, beta2 = 0.999;
     float beta = 1.0f, l1 = 0.0f, l2 = 0.0f;  ///< ftrl (lr is alpha), as dl::nn::ftrl
 };
 
@@ -584,11 +585,16 @@ private:
             float* v = s + n;
             float& t = s[2 * n];  // steps of this row: exact in float up to 2^24
             t += 1;
-            const float step = o.lr / (1 - std::pow(o.beta1, t)), root_c2 = std::sqrt(1 - std::pow(o.beta2, t));
+            const auto step = static_cast<float>(o.lr / (1 - std::pow(o.beta1, double(t))));
+            const auto root_c2 = static_cast<float>(std::sqrt(1 - std::pow(o.beta2, double(t))));
+            // The moments move toward g and g² by the rates 1 - beta, formed in double: as
+            // beta·m + (1 - beta)·g in float, the rate would be 1 - float(beta), and a float beta
+            // near 1 carries only a few digits of it.
+            const auto rate1 = static_cast<float>(1 - o.beta1), rate2 = static_cast<float>(1 - o.beta2);
             simd::for_each_block<float>(n, [&]<class V>(std::uint32_t j) {
-                const V d = load_as<V>(g + j);
-                const V mj = V(o.beta1) * load_as<V>(m + j) + V(1 - o.beta1) * d;
-                const V vj = V(o.beta2) * load_as<V>(v + j) + V(1 - o.beta2) * d * d;
+                const V d = load_as<V>(g + j), mj0 = load_as<V>(m + j), vj0 = load_as<V>(v + j);
+                const V mj = mj0 + V(rate1) * (d - mj0);
+                const V vj = vj0 + V(rate2) * (d * d - vj0);
                 store_as(m + j, mj);
                 store_as(v + j, vj);
                 store_as(w + j, load_as<V>(w + j) - V(step) * mj / (math::sqrt(vj) / V(root_c2) + V(o.eps)));
