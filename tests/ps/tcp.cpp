@@ -296,3 +296,43 @@ TEST_CASE("tcp: a success reply carries status ok, whatever the request's status
         CHECK(r->first.status == 0);
     }
 }
+
+TEST_CASE("tcp: connections that send nothing do not lock out a client that speaks") {
+    using namespace std::chrono_literals;
+    service svc({.threads = 2});
+    server srv(svc, server_options{.max_connections = 8});
+    std::vector<std::unique_ptr<raw_connection>> idle;
+    for (int i = 0; i < 8; ++i) idle.push_back(std::make_unique<raw_connection>(srv.port()));
+    // All accepted, the limit full, and each idle longer than the second a new client is given to speak.
+    std::this_thread::sleep_for(1200ms);
+    // Each new client takes the place of the connection idle longest.
+    for (int i = 0; i < 3; ++i) {
+        client c(client_options{{address(srv)}, 3000ms});
+        CHECK(error_of(c.create_table(config(1, 4))) == "");
+    }
+}
+
+TEST_CASE("tcp: a connection that sends nothing, or stops inside a frame, is closed after idle_timeout") {
+    using namespace std::chrono_literals;
+    service svc({.threads = 1});
+    server srv(svc, server_options{.idle_timeout = 300ms});
+    const auto start = std::chrono::steady_clock::now();
+    raw_connection silent(srv.port()), halfway(srv.port()), talking(srv.port());
+    const std::vector<std::uint64_t> ids{1};
+    const frame_bytes f = pull_frame(9, 1, ids);
+    halfway.send(std::span(f).first(10));
+    // One that speaks more often than that stays.
+    for (std::uint64_t i = 0; i < 8; ++i) {
+        talking.send(pull_frame(9, i, ids));
+        REQUIRE(talking.reply());
+        std::this_thread::sleep_for(100ms);
+    }
+    CHECK_FALSE(silent.reply());
+    CHECK_FALSE(halfway.reply());
+    // Closed by the server, not given up on by the 10 s read timeout of raw_connection.
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    talking.send(pull_frame(9, 99, ids));
+    const auto r = talking.reply();
+    REQUIRE(r);
+    CHECK(r->first.request_id == 99);
+}

@@ -2,7 +2,10 @@
 // The parameter server over TCP: connections are spread over the service's shard threads; each reads
 // frames (protocol.hpp), checks them, hands them to the service and writes the replies back, several
 // requests in flight per connection.
+#include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <future>
 // Before Asio: Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
 #include <utility>
@@ -29,8 +32,13 @@ struct server_options {
     /// Requests a connection may have in flight; it stops reading until one finishes, so a client
     /// holds at most this many payloads of the server's memory.
     unsigned max_in_flight = 8;
-    /// Connections served at once; more are closed as soon as accepted.
+    /// Connections served at once. At the limit a new connection takes the place of the one idle
+    /// longest, if that one has been idle for a while (a second, or half the idle timeout when that is
+    /// shorter: a new client gets that long to speak); else the new one is closed as soon as accepted.
     unsigned max_connections = 1024;
+    /// A connection with no request in the service that has neither sent nor taken a byte for this
+    /// long is closed: peers that only hold a connection open do not keep places for ever. 0: never.
+    std::chrono::milliseconds idle_timeout{30000};
 };
 
 namespace detail {
@@ -40,14 +48,48 @@ namespace detail {
 class connection : public std::enable_shared_from_this<connection> {
 public:
     connection(asio::ip::tcp::socket socket, service& svc, server_options options, std::shared_ptr<std::atomic<unsigned>> open)
-        : socket_(std::move(socket)), service_(svc), options_(options), slot_free_(socket_.get_executor()), open_(std::move(open)) {}
+        : socket_(std::move(socket)),
+          service_(svc),
+          options_(options),
+          slot_free_(socket_.get_executor()),
+          idle_check_(socket_.get_executor()),
+          open_(std::move(open)) {
+        touch();
+    }
     ~connection() { --*open_; }
 
     void start() {
         asio::co_spawn(socket_.get_executor(), [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
+        if (options_.idle_timeout.count() > 0) watch_idle(options_.idle_timeout);
+    }
+
+    // Read by the acceptor's thread when it must make room for a new connection.
+    /// How long since the peer last sent or took a byte.
+    [[nodiscard]] std::chrono::steady_clock::duration idle_for() const noexcept {
+        return std::chrono::steady_clock::now() - std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(last_progress_.load(std::memory_order_relaxed)));
+    }
+    /// Whether a request of it is in the service: its peer is waiting for us, not idle.
+    [[nodiscard]] bool busy() const noexcept { return in_service_.load(std::memory_order_relaxed) != 0; }
+    [[nodiscard]] bool evicted() const noexcept { return evicted_.load(std::memory_order_relaxed); }
+    /// Closes it (on its own thread) to make room for a new connection; false when already chosen.
+    bool evict() {
+        if (evicted_.exchange(true)) return false;
+        asio::post(socket_.get_executor(), [self = shared_from_this()] { self->close(); });
+        return true;
     }
 
 private:
+    /// asio's transfer_all, noting the chunks moved as progress: a large frame that moves slowly is
+    /// not idle, a peer that stops in the middle of one is. (asio does not ask it after the chunk that
+    /// completes a buffer: the caller notes that one.)
+    struct progress_noted {
+        connection* self;
+        std::size_t operator()(const boost::system::error_code& ec, std::size_t moved) const noexcept {
+            if (moved != 0) self->touch();
+            return ec ? 0 : 65536;
+        }
+    };
+
     /// A request's buffers: they live until its reply is written.
     struct exchange {
         frame_header request_header;
@@ -59,7 +101,8 @@ private:
         try {
             for (;;) {
                 std::array<std::byte, header_bytes> raw;
-                co_await asio::async_read(socket_, asio::buffer(raw), asio::use_awaitable);
+                co_await asio::async_read(socket_, asio::buffer(raw), progress(), asio::use_awaitable);
+                touch();
                 parsed_header parsed = parse_header(raw, options_.max_payload);
                 if (parsed.verdict == header_verdict::close) {
                     // Say why, then hang up: the stream is no longer framed.
@@ -76,8 +119,10 @@ private:
                 auto ex = std::make_shared<exchange>();
                 ex->request_header = parsed.header;
                 ex->request.resize(parsed.header.payload_bytes);
-                co_await asio::async_read(socket_, asio::buffer(ex->request), asio::use_awaitable);
+                co_await asio::async_read(socket_, asio::buffer(ex->request), progress(), asio::use_awaitable);
+                touch();
                 ++in_flight_;
+                in_service_.fetch_add(1, std::memory_order_relaxed);
                 if (parsed.verdict == header_verdict::reject)
                     finish(ex, {parsed.error, "dl::ps: " + parsed.reason});
                 else
@@ -174,6 +219,7 @@ private:
     /// On this connection's thread: completes the reply frame and queues it.
     void finish(const std::shared_ptr<exchange>& ex, outcome o) {
         --in_flight_;
+        in_service_.fetch_sub(1, std::memory_order_relaxed);
         slot_free_.cancel();
         if (!socket_.is_open()) return;
         if (!o.ok()) {
@@ -207,11 +253,12 @@ private:
         if (writes_.size() == 1) write_next();
     }
     void write_next() {
-        asio::async_write(socket_, asio::buffer(writes_.front()), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+        asio::async_write(socket_, asio::buffer(writes_.front()), progress(), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
             if (ec) {
                 self->writes_.clear();  // nothing is being written any more
                 return self->close();
             }
+            self->touch();
             self->writes_.pop_front();
             if (!self->writes_.empty()) self->write_next();
             else if (self->closing_) self->close();
@@ -222,14 +269,33 @@ private:
         socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
         socket_.close(ignored);  // a write in progress ends with an error and clears the queue
         slot_free_.cancel();
+        idle_check_.cancel();
+    }
+
+    void touch() noexcept { last_progress_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
+    [[nodiscard]] progress_noted progress() noexcept { return {this}; }
+    /// Closes the connection once it has been idle for options_.idle_timeout.
+    void watch_idle(std::chrono::steady_clock::duration wait) {
+        idle_check_.expires_after(wait);
+        idle_check_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+            if (ec || !self->socket_.is_open()) return;
+            const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(self->options_.idle_timeout);
+            const auto idle = self->idle_for();
+            if (self->busy() || idle < timeout) return self->watch_idle(self->busy() ? timeout : timeout - idle);
+            self->close();
+        });
     }
 
     asio::ip::tcp::socket socket_;
     service& service_;
     server_options options_;
     asio::steady_timer slot_free_;  // wakes the read loop when a request slot frees up
+    asio::steady_timer idle_check_;
     std::shared_ptr<std::atomic<unsigned>> open_;  // the server's count of open connections
     unsigned in_flight_ = 0;
+    std::atomic<unsigned> in_service_{0};  // requests handed to the service and not finished
+    std::atomic<std::chrono::steady_clock::rep> last_progress_{0};  // when a byte last moved, steady_clock ticks
+    std::atomic<bool> evicted_{false};
     bool closing_ = false;
     std::deque<frame_bytes> writes_;
 };
@@ -279,18 +345,45 @@ private:
         unsigned next = 0;
         bool stopped = false;  // touched on the acceptor's thread only
         std::shared_ptr<std::atomic<unsigned>> open = std::make_shared<std::atomic<unsigned>>(0);
+        std::vector<std::weak_ptr<detail::connection>> connections;  // acceptor's thread only; some may be gone
     };
+
+    /// At the connection limit: evicts the connection idle longest, if one has been idle long enough
+    /// that a client that connected and speaks is not cut off. Evicting beats refusing: otherwise
+    /// peers that connect and say nothing hold every place for as long as they like.
+    static bool make_room(accept_state& state) {
+        std::erase_if(state.connections, [](const auto& c) { return c.expired(); });
+        using namespace std::chrono_literals;
+        const auto timeout = state.options.idle_timeout;
+        std::chrono::steady_clock::duration longest = timeout.count() > 0 ? std::min<std::chrono::steady_clock::duration>(1s, timeout / 2) : 1s;
+        std::shared_ptr<detail::connection> victim;
+        for (const auto& weak : state.connections) {
+            auto c = weak.lock();
+            if (!c || c->busy() || c->evicted()) continue;
+            if (const auto idle = c->idle_for(); idle >= longest) {
+                longest = idle;
+                victim = std::move(c);
+            }
+        }
+        return victim && victim->evict();
+    }
 
     static void accept_next(std::shared_ptr<accept_state> state) {
         asio::io_context& target = state->svc.context(state->next++ % state->svc.shard_count());
         auto& acceptor = state->acceptor;
         acceptor.async_accept(target, [state = std::move(state)](boost::system::error_code ec, asio::ip::tcp::socket socket) mutable {
             if (state->stopped || ec == asio::error::operation_aborted) return;
-            if (!ec && state->open->load() < state->options.max_connections) {
+            // A connection being evicted still counts until it is gone: the limit may be passed by
+            // the evictions under way.
+            if (!ec && (state->open->load() < state->options.max_connections || make_room(*state))) {
                 ++*state->open;
                 boost::system::error_code ignored;
                 socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-                std::make_shared<detail::connection>(std::move(socket), state->svc, state->options, state->open)->start();
+                auto c = std::make_shared<detail::connection>(std::move(socket), state->svc, state->options, state->open);
+                if (state->connections.size() >= state->options.max_connections)
+                    std::erase_if(state->connections, [](const auto& w) { return w.expired(); });
+                state->connections.push_back(c);
+                c->start();
             }  // else the socket closes here
             accept_next(std::move(state));
         });
