@@ -5,6 +5,8 @@
 
 #include "ps_test.hpp"
 
+#include <fstream>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -335,4 +337,66 @@ TEST_CASE("tcp: a connection that sends nothing, or stops inside a frame, is clo
     const auto r = talking.reply();
     REQUIRE(r);
     CHECK(r->first.request_id == 99);
+}
+
+namespace {
+
+/// This process's resident memory in bytes.
+std::size_t resident_bytes() {
+    std::ifstream statm("/proc/self/statm");
+    std::size_t pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+TEST_CASE("tcp: a client that never reads its replies holds bounded server memory; others are served") {
+    using namespace std::chrono_literals;
+    std::vector<std::uint64_t> ids(64);
+    std::iota(ids.begin(), ids.end(), std::uint64_t{1});
+    const std::size_t reply = header_bytes + 8 + ids.size() * 4096 * 4, request = header_bytes + ids.size() * 8;
+    std::vector<float> out(ids.size() * 4096);
+    {
+        service svc({.threads = 2});
+        server srv(svc);
+        client good(client_options{{address(srv)}});
+        good.create_table(config(1, 4096)).get();  // a pull of 64 ids is answered with 1 MiB
+        const std::size_t before = resident_bytes();
+        raw_connection greedy(srv.port());
+        for (std::uint64_t i = 0; i < 96; ++i) greedy.send(pull_frame(1, i, ids));  // 96 MiB of replies if all were kept
+        std::this_thread::sleep_for(1500ms);
+        CHECK(error_of(good.pull(1, ids, out)) == "");
+        const std::size_t grown = resident_bytes() - std::min(before, resident_bytes());
+        INFO("resident memory grew by " << grown / (1 << 20) << " MiB");
+        CHECK(grown < (std::size_t{40} << 20));
+        // The default bound: 16 MiB, passed by at most one request and its reply.
+        CHECK(srv.queued_bytes() <= (std::size_t{16} << 20) + request + reply);
+    }
+    // Several such clients against small bounds: all of them together stay under the server's
+    // bound, a client that speaks is served once the idle timeout has closed them, and then
+    // nothing is held any more.
+    service svc({.threads = 2});
+    const std::size_t per_connection = std::size_t{2} << 20, total = std::size_t{3} << 20;
+    server srv(svc, server_options{.max_connection_bytes = per_connection, .max_total_bytes = total, .idle_timeout = 1000ms});
+    client good(client_options{{address(srv)}, 8000ms});
+    good.create_table(config(1, 4096)).get();
+    std::vector<std::unique_ptr<raw_connection>> greedy;
+    for (int c = 0; c < 3; ++c) {
+        greedy.push_back(std::make_unique<raw_connection>(srv.port()));
+        for (std::uint64_t i = 0; i < 48; ++i) greedy.back()->send(pull_frame(1, i, ids));
+    }
+    std::size_t most = 0;
+    for (int i = 0; i < 40; ++i) {
+        most = std::max(most, srv.queued_bytes());
+        std::this_thread::sleep_for(10ms);
+    }
+    INFO("most bytes queued: " << most);
+    CHECK(most > 0);
+    CHECK(most <= total + 3 * (request + reply));
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(error_of(good.pull(1, ids, out)) == "");
+    CHECK(std::chrono::steady_clock::now() - start < 6s);
+    for (int i = 0; i < 200 && srv.queued_bytes() != 0; ++i) std::this_thread::sleep_for(10ms);
+    CHECK(srv.queued_bytes() == 0);
 }

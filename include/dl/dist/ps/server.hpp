@@ -29,9 +29,16 @@ struct server_options {
     std::string address = "127.0.0.1";
     std::uint16_t port = 0;  ///< 0: the system picks one (see server::port())
     std::uint32_t max_payload = default_max_payload;
-    /// Requests a connection may have in flight; it stops reading until one finishes, so a client
-    /// holds at most this many payloads of the server's memory.
+    /// Requests a connection may have in flight, from read until their replies are written; it stops
+    /// reading until one is out, so a client holds at most this many requests of the server's memory.
     unsigned max_in_flight = 8;
+    /// Bytes of requests and replies one connection may hold (read and not yet written back): at the
+    /// limit it stops reading until its peer takes replies, so a client that never reads holds about
+    /// this much plus one request and its reply. A connection with nothing in flight may always send one.
+    std::size_t max_connection_bytes = std::size_t{16} << 20;
+    /// The same over all connections: at the limit none reads a new request until others drain (or
+    /// are closed as idle). Passed by at most one request and its reply per connection reading at once.
+    std::size_t max_total_bytes = std::size_t{256} << 20;
     /// Connections served at once. At the limit a new connection takes the place of the one idle
     /// longest, if that one has been idle for a while (a second, or half the idle timeout when that is
     /// shorter: a new client gets that long to speak); else the new one is closed as soon as accepted.
@@ -43,20 +50,29 @@ struct server_options {
 
 namespace detail {
 
+/// What the connections of one server count together (any thread).
+struct connection_totals {
+    std::atomic<unsigned> open{0};
+    std::atomic<std::size_t> held_bytes{0};  ///< requests and replies held by connections
+};
+
 /// One client connection: a read loop (a coroutine) and a queue of replies to write. It lives on one
 /// shard thread's io_context; replies finished on other shard threads are posted back to it.
 class connection : public std::enable_shared_from_this<connection> {
 public:
-    connection(asio::ip::tcp::socket socket, service& svc, server_options options, std::shared_ptr<std::atomic<unsigned>> open)
+    connection(asio::ip::tcp::socket socket, service& svc, server_options options, std::shared_ptr<connection_totals> totals)
         : socket_(std::move(socket)),
           service_(svc),
           options_(options),
           slot_free_(socket_.get_executor()),
           idle_check_(socket_.get_executor()),
-          open_(std::move(open)) {
+          totals_(std::move(totals)) {
         touch();
     }
-    ~connection() { --*open_; }
+    ~connection() {
+        totals_->held_bytes.fetch_sub(held_, std::memory_order_relaxed);
+        totals_->open.fetch_sub(1, std::memory_order_relaxed);
+    }
 
     void start() {
         asio::co_spawn(socket_.get_executor(), [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
@@ -90,11 +106,17 @@ private:
         }
     };
 
-    /// A request's buffers: they live until its reply is written.
+    /// A request's buffers: the request lives until its reply is complete, the reply until it is written.
     struct exchange {
         frame_header request_header;
         frame_bytes request;  // payload only
         frame_bytes reply;    // header + payload
+        std::size_t charged = 0;  // bytes of request and reply counted in held_
+    };
+    /// A frame to write; one that answers a request frees its slot once written.
+    struct outgoing {
+        frame_bytes frame;
+        bool answers = false;
     };
 
     asio::awaitable<void> read_loop() {
@@ -107,18 +129,27 @@ private:
                 if (parsed.verdict == header_verdict::close) {
                     // Say why, then hang up: the stream is no longer framed.
                     closing_ = true;  // the write queue closes the socket once this reply is out
-                    queue(error_frame(parsed.header, parsed.error, "dl::ps: " + parsed.reason + "; closing the connection"));
+                    queue(error_frame(parsed.header, parsed.error, "dl::ps: " + parsed.reason + "; closing the connection"), false);
                     co_return;
                 }
-                // A slot first, then the payload: a connection holds at most max_in_flight payloads.
-                while (in_flight_ >= options_.max_in_flight && socket_.is_open()) {
+                // A slot and room first, then the payload. Until its peer takes replies, a connection
+                // reads nothing more (backpressure): what it holds stays bounded whatever it sends.
+                for (;;) {
+                    const bool own = in_flight_ >= options_.max_in_flight || (in_flight_ > 0 && held_ >= options_.max_connection_bytes);
+                    const bool others = !own && totals_->held_bytes.load(std::memory_order_relaxed) >= options_.max_total_bytes;
+                    if ((!own && !others) || !socket_.is_open()) break;
+                    // Its own replies wake it when written; the others' finish on other threads: it looks again soon.
+                    waiting_for_others_ = others;
                     boost::system::error_code ignored;
-                    slot_free_.expires_at(asio::steady_timer::time_point::max());
+                    if (others) slot_free_.expires_after(std::chrono::milliseconds(5));
+                    else slot_free_.expires_at(asio::steady_timer::time_point::max());
                     co_await slot_free_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
                 }
+                waiting_for_others_ = false;
                 auto ex = std::make_shared<exchange>();
                 ex->request_header = parsed.header;
                 ex->request.resize(parsed.header.payload_bytes);
+                charge(*ex, ex->request.size());
                 co_await asio::async_read(socket_, asio::buffer(ex->request), progress(), asio::use_awaitable);
                 touch();
                 ++in_flight_;
@@ -155,6 +186,7 @@ private:
                     return finish(ex, {status::too_large, dl::detail::concat("dl::ps: the reply to a pull of ", ids.size(), " ids of dim ", dim,
                                                                            " would exceed the frame limit of ", options_.max_payload, " bytes")});
                 ex->reply.resize(header_bytes + 8 + floats * 4);
+                charge(*ex, ex->reply.size());
                 const auto n = static_cast<std::uint32_t>(ids.size());
                 std::memcpy(ex->reply.data() + header_bytes, &dim, 4);
                 std::memcpy(ex->reply.data() + header_bytes + 4, &n, 4);
@@ -216,14 +248,15 @@ private:
         }
     }
 
-    /// On this connection's thread: completes the reply frame and queues it.
+    /// On this connection's thread: completes the reply frame and queues it. Its slot stays taken
+    /// until the reply is written: a peer that does not read gets no more requests served.
     void finish(const std::shared_ptr<exchange>& ex, outcome o) {
-        --in_flight_;
         in_service_.fetch_sub(1, std::memory_order_relaxed);
-        slot_free_.cancel();
-        if (!socket_.is_open()) return;
+        release(ex->charged);
+        ex->charged = 0;
+        ex->request = {};
         if (!o.ok()) {
-            queue(error_frame(ex->request_header, o.code, o.message));
+            queue(error_frame(ex->request_header, o.code, o.message), true);
             return;
         }
         if (ex->reply.empty()) ex->reply.resize(header_bytes);
@@ -231,7 +264,7 @@ private:
         h.status = static_cast<std::uint32_t>(status::ok);  // a request's status field is not echoed: 0 is what says success
         h.payload_bytes = static_cast<std::uint32_t>(ex->reply.size() - header_bytes);
         std::memcpy(ex->reply.data(), &h, header_bytes);
-        queue(std::move(ex->reply));
+        queue(std::move(ex->reply), true);
     }
 
     [[nodiscard]] static frame_bytes error_frame(frame_header h, status code, std::string_view message) {
@@ -247,22 +280,42 @@ private:
         return frame;
     }
 
-    void queue(frame_bytes frame) {
-        if (!socket_.is_open()) return;
-        writes_.push_back(std::move(frame));
+    void queue(frame_bytes frame, bool answers) {
+        if (!socket_.is_open()) return written(frame.size(), answers, false);
+        held_ += frame.size();
+        totals_->held_bytes.fetch_add(frame.size(), std::memory_order_relaxed);
+        writes_.push_back({std::move(frame), answers});
         if (writes_.size() == 1) write_next();
     }
     void write_next() {
-        asio::async_write(socket_, asio::buffer(writes_.front()), progress(), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+        asio::async_write(socket_, asio::buffer(writes_.front().frame), progress(), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
             if (ec) {
+                for (const outgoing& w : self->writes_) self->written(w.frame.size(), w.answers, true);
                 self->writes_.clear();  // nothing is being written any more
                 return self->close();
             }
             self->touch();
+            const outgoing& done = self->writes_.front();
+            self->written(done.frame.size(), done.answers, true);
             self->writes_.pop_front();
             if (!self->writes_.empty()) self->write_next();
             else if (self->closing_) self->close();
         });
+    }
+    /// A frame is out (or dropped): its bytes and its request's slot are free.
+    void written(std::size_t bytes, bool answers, bool was_held) {
+        if (was_held) release(bytes);
+        if (answers) --in_flight_;
+        slot_free_.cancel();
+    }
+    void charge(exchange& ex, std::size_t bytes) {
+        ex.charged += bytes;
+        held_ += bytes;
+        totals_->held_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    }
+    void release(std::size_t bytes) {
+        held_ -= bytes;
+        totals_->held_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     }
     void close() {
         boost::system::error_code ignored;
@@ -281,7 +334,9 @@ private:
             if (ec || !self->socket_.is_open()) return;
             const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(self->options_.idle_timeout);
             const auto idle = self->idle_for();
-            if (self->busy() || idle < timeout) return self->watch_idle(self->busy() ? timeout : timeout - idle);
+            // Held up by other connections' replies, with none of its own unwritten: it waits for us.
+            const bool waiting = self->busy() || (self->waiting_for_others_ && self->writes_.empty());
+            if (waiting || idle < timeout) return self->watch_idle(waiting ? timeout : timeout - idle);
             self->close();
         });
     }
@@ -291,13 +346,15 @@ private:
     server_options options_;
     asio::steady_timer slot_free_;  // wakes the read loop when a request slot frees up
     asio::steady_timer idle_check_;
-    std::shared_ptr<std::atomic<unsigned>> open_;  // the server's count of open connections
-    unsigned in_flight_ = 0;
+    std::shared_ptr<connection_totals> totals_;
+    unsigned in_flight_ = 0;  // requests read whose replies are not written yet
+    std::size_t held_ = 0;    // bytes of requests and replies this connection holds
+    bool waiting_for_others_ = false;  // its read loop waits for room other connections hold
     std::atomic<unsigned> in_service_{0};  // requests handed to the service and not finished
     std::atomic<std::chrono::steady_clock::rep> last_progress_{0};  // when a byte last moved, steady_clock ticks
     std::atomic<bool> evicted_{false};
     bool closing_ = false;
-    std::deque<frame_bytes> writes_;
+    std::deque<outgoing> writes_;
 };
 
 }  // namespace detail
@@ -321,6 +378,8 @@ public:
     server& operator=(const server&) = delete;
 
     [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+    /// Bytes of requests and replies its connections hold now (bounded by max_total_bytes, about).
+    [[nodiscard]] std::size_t queued_bytes() const noexcept { return state_->totals->held_bytes.load(std::memory_order_relaxed); }
 
     /// Stops accepting (on the acceptor's thread; waits for it).
     void stop() {
@@ -344,7 +403,7 @@ private:
         asio::ip::tcp::acceptor acceptor;
         unsigned next = 0;
         bool stopped = false;  // touched on the acceptor's thread only
-        std::shared_ptr<std::atomic<unsigned>> open = std::make_shared<std::atomic<unsigned>>(0);
+        std::shared_ptr<detail::connection_totals> totals = std::make_shared<detail::connection_totals>();
         std::vector<std::weak_ptr<detail::connection>> connections;  // acceptor's thread only; some may be gone
     };
 
@@ -375,11 +434,11 @@ private:
             if (state->stopped || ec == asio::error::operation_aborted) return;
             // A connection being evicted still counts until it is gone: the limit may be passed by
             // the evictions under way.
-            if (!ec && (state->open->load() < state->options.max_connections || make_room(*state))) {
-                ++*state->open;
+            if (!ec && (state->totals->open.load() < state->options.max_connections || make_room(*state))) {
+                ++state->totals->open;
                 boost::system::error_code ignored;
                 socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-                auto c = std::make_shared<detail::connection>(std::move(socket), state->svc, state->options, state->open);
+                auto c = std::make_shared<detail::connection>(std::move(socket), state->svc, state->options, state->totals);
                 if (state->connections.size() >= state->options.max_connections)
                     std::erase_if(state->connections, [](const auto& w) { return w.expired(); });
                 state->connections.push_back(c);
