@@ -3,7 +3,7 @@
 // SIGKILL while pushes are in flight (the lost-update count must be 0). Damaged files are named.
 #include "support.hpp"
 
-#include <dl/ps.hpp>
+#include "ps_test.hpp"
 
 #include <atomic>
 #include <fstream>
@@ -406,4 +406,78 @@ TEST_CASE("adam's beta1 and beta2 survive a restart as doubles; a tables.log of 
     CHECK(svc.config(5).optimizer.beta1 == 0.9);
     CHECK(svc.config(5).optimizer.beta2 == 0.999);
     CHECK(svc.config(5).optimizer.lr == 0.01f);
+}
+
+TEST_CASE("a push whose reply is lost, retried by the client after the durable service restarted, is applied once") {
+    using namespace std::chrono_literals;
+    temp_dir dir("retry");
+    table_config c = config(1, 4, optimizer_kind::sgd);
+    c.init = {initializer_kind::zeros, 0.0f};
+    c.optimizer.lr = 1.0f;
+    auto svc = std::make_unique<service>(durable(dir.path));
+    auto srv = std::make_unique<server>(*svc);
+    client(*svc).create_table(c).get();
+    std::uint16_t port = srv->port();
+    // The push is applied and logged, its reply lost; the service restarts from its data dir before
+    // the client's retry reaches it.
+    dl_test::reply_cutting_proxy proxy([&] { return port; }, [&] {
+        srv.reset();
+        svc.reset();
+        svc = std::make_unique<service>(durable(dir.path));
+        srv = std::make_unique<server>(*svc);
+        port = srv->port();
+    });
+    const std::vector<std::uint64_t> ids{5, 6, 7};
+    {
+        client retrying(client_options{{"127.0.0.1:" + std::to_string(proxy.port())}, 3000ms});
+        CHECK(dl_test::error_of(retrying.push(1, ids, std::vector<float>(12, 1.0f))) == "");
+    }
+    REQUIRE(proxy.cuts() == 1);
+    std::vector<float> rows(12);
+    client(*svc).pull(1, ids, rows).get();
+    CHECK(rows == std::vector<float>(12, -1.0f));
+}
+
+TEST_CASE("a keyed push is applied once across restarts: the log keeps its key, and so do full and incremental checkpoints") {
+    temp_dir dir("keys");
+    table_config c = config(1, 4, optimizer_kind::sgd);
+    c.init = {initializer_kind::zeros, 0.0f};
+    c.optimizer.lr = 1.0f;
+    const std::vector<std::uint64_t> ids{5, 6, 7};
+    const std::vector<float> g(12, 1.0f);
+    auto push = [&](service& s, push_key key) {
+        std::promise<outcome> done;
+        s.push(1, push_request{ids, g, {}, {}, 4, key}, [&](outcome o) { done.set_value(std::move(o)); });
+        return done.get_future().get();
+    };
+    auto row = [&](service& s) {
+        std::vector<float> out(12);
+        client(s).pull(1, ids, out).get();
+        return out[0];
+    };
+    auto svc = std::make_unique<service>(durable(dir.path));
+    client(*svc).create_table(c).get();
+    CHECK(push(*svc, {77, 1}).ok());
+    CHECK(push(*svc, {77, 1}).ok());  // a retry: acknowledged, not applied
+    CHECK(row(*svc) == -1.0f);
+    svc = std::make_unique<service>(durable(dir.path));  // from the log
+    CHECK(push(*svc, {77, 1}).ok());
+    CHECK(row(*svc) == -1.0f);
+    CHECK(push(*svc, {77, 2}).ok());
+    CHECK(push(*svc, {78, 1}).ok());  // another client's sequence 1
+    CHECK(row(*svc) == -3.0f);
+    client(*svc).checkpoint(true).get();
+    svc = std::make_unique<service>(durable(dir.path));  // from the full checkpoint: the log before it is gone
+    for (push_key k : {push_key{77, 1}, push_key{77, 2}, push_key{78, 1}}) CHECK(push(*svc, k).ok());
+    CHECK(row(*svc) == -3.0f);
+    CHECK(push(*svc, {77, 3}).ok());
+    client(*svc).checkpoint(false).get();
+    svc = std::make_unique<service>(durable(dir.path));  // from full + incremental
+    CHECK(push(*svc, {77, 3}).ok());
+    CHECK(push(*svc, {77, 2}).ok());
+    CHECK(row(*svc) == -4.0f);
+    // Pushes without a key are applied every time, as before.
+    CHECK(push(*svc, {}).ok());
+    CHECK(push(*svc, {}).ok());
+    CHECK(row(*svc) == -6.0f);
 }

@@ -212,3 +212,24 @@ TEST_CASE("random bytes through every parser are rejected cleanly") {
     }
     CHECK(accepted_headers > 0);
 }
+
+TEST_CASE("a push may carry a key: it round-trips, and a key of client 0 is rejected") {
+    const std::vector<std::uint64_t> ids{3, 9};
+    const std::vector<float> grads{1, 2, 3, 4};
+    const std::vector<std::uint32_t> pick{0, 1};
+    frame_bytes keyed;
+    encode_push(keyed, pick, ids, grads, {}, {}, 2, push_key{0xABCDEFull, 42});
+    const push_request p = decode_push(keyed);
+    CHECK(p.key == push_key{0xABCDEFull, 42});
+    CHECK(std::vector<std::uint64_t>(p.ids.begin(), p.ids.end()) == ids);
+    CHECK(std::vector<float>(p.grads.begin(), p.grads.end()) == grads);
+    frame_bytes plain;
+    encode_push(plain, pick, ids, grads, {}, {}, 2);
+    CHECK(plain.size() + sizeof(push_key) == keyed.size());
+    CHECK(decode_push(plain).key.client == 0);
+    frame_bytes zero = keyed;
+    std::memset(zero.data() + sizeof(push_header), 0, 8);
+    CHECK_THROWS_AS((void)decode_push(zero), decode_error);
+    frame_bytes cut(keyed.begin(), keyed.begin() + sizeof(push_header) + 8);
+    CHECK_THROWS_AS((void)decode_push(cut), decode_error);
+}

@@ -400,3 +400,23 @@ TEST_CASE("tcp: a client that never reads its replies holds bounded server memor
     for (int i = 0; i < 200 && srv.queued_bytes() != 0; ++i) std::this_thread::sleep_for(10ms);
     CHECK(srv.queued_bytes() == 0);
 }
+
+TEST_CASE("tcp: a push whose reply is lost is retried by the client and applied once") {
+    using namespace std::chrono_literals;
+    service svc({.threads = 2});
+    server srv(svc);
+    client direct(client_options{{address(srv)}});
+    table_config c = config(1, 4);
+    c.init = {initializer_kind::zeros, 0.0f};
+    c.optimizer.kind = optimizer_kind::sgd;
+    c.optimizer.lr = 1.0f;
+    direct.create_table(c).get();
+    dl_test::reply_cutting_proxy proxy([&] { return srv.port(); });
+    client retrying(client_options{{"127.0.0.1:" + std::to_string(proxy.port())}, 3000ms});
+    const std::vector<std::uint64_t> ids{42, 43, 44};
+    CHECK(error_of(retrying.push(1, ids, std::vector<float>(12, 1.0f))) == "");
+    CHECK(proxy.cuts() == 1);
+    std::vector<float> rows(12);
+    direct.pull(1, ids, rows).get();
+    CHECK(rows == std::vector<float>(12, -1.0f));  // applied once: -2 if the retry had been applied too
+}

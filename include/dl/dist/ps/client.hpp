@@ -6,7 +6,8 @@
 // Calls are asynchronous and return std::future: a pull for the next batch can run while the current
 // one computes (prefetch). Duplicate ids in a call are sent once (a pull copies the row to every
 // position, a push sums their gradients and counts). Over TCP every call has a deadline: a server
-// that is down, unreachable or silent fails the future with a dl::error naming it; no call hangs.
+// that is down, unreachable or silent fails the future with a dl::error naming it after a bounded
+// number of retries (client_options::attempts); no call hangs, and no push is applied twice.
 //
 // A client object is used by one thread at a time (each worker owns one); many clients may share a
 // service or a cluster.
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <future>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "server.hpp"
@@ -22,8 +24,15 @@ namespace dl::ps {
 
 struct client_options {
     std::vector<std::string> servers;  ///< "host:port" each; ids are partitioned over them in this order
-    std::chrono::milliseconds timeout{5000};  ///< per call, connecting included
+    std::chrono::milliseconds timeout{5000};  ///< per attempt, connecting included
     std::uint32_t max_payload = default_max_payload;
+    /// Attempts of a call's part when its server cannot be reached or does not answer (refused, cut,
+    /// past the timeout); each retry waits retry_backoff, doubled from one to the next. A call thus
+    /// ends within about attempts × timeout. Retrying a push is safe: it carries a key with which the
+    /// server applies it once (a push whose reply was lost may have been applied), also across a
+    /// restart of a durable server. A retried checkpoint may take one more checkpoint.
+    unsigned attempts = 3;
+    std::chrono::milliseconds retry_backoff{50};
 };
 
 namespace detail {
@@ -263,6 +272,8 @@ public:
     explicit client(client_options options) : options_(std::move(options)) {
         if (options_.servers.empty()) dl::detail::fail("dl::ps::client: no servers given");
         if (options_.timeout.count() <= 0) dl::detail::fail("dl::ps::client: the timeout must be positive");
+        if (options_.attempts == 0 || options_.retry_backoff.count() < 0)
+            dl::detail::fail("dl::ps::client: attempts must be at least 1 and retry_backoff not negative");
         for (const auto& s : options_.servers) links_.push_back(std::make_shared<detail::server_link>(io_, s, options_));
         io_thread_ = std::thread([this] { io_.run(); });
     }
@@ -387,13 +398,14 @@ private:
                                  std::uint32_t dim) {
         split_by_server(call->ids);
         call->remaining.store(active_servers());
+        const push_key key{client_id_, ++pushes_};
         for (unsigned s = 0; s < links_.size(); ++s) {
             const std::span<const std::uint32_t> where = part_pos_[s];
             if (where.empty()) continue;
             // The part's rows are gathered straight into its frame.
             const auto n = static_cast<std::uint32_t>(where.size());
             frame_bytes frame = frame_for(op::push, table_id, 0);
-            encode_push(frame, where, call->ids, grads, shows, clicks, dim);
+            encode_push(frame, where, call->ids, grads, shows, clicks, dim, key);
             post_send(s, std::move(frame), what(op::push, table_id, n), [call](outcome o, std::span<const std::byte>) {
                 if (!o.ok()) call->fail(std::move(o));
                 call->arrive();
@@ -475,6 +487,13 @@ private:
         return future;
     }
 
+    [[nodiscard]] static std::uint64_t random_client_id() {
+        std::random_device entropy;
+        std::uint64_t id = 0;
+        while (id == 0) id = (std::uint64_t{entropy()} << 32) ^ entropy();
+        return id;
+    }
+
     /// Sends the same payload to every server.
     std::future<void> broadcast(op code, std::uint32_t table_id, std::span<const std::byte> payload, const char* name) {
         auto call = std::make_shared<detail::call_state>();
@@ -517,9 +536,26 @@ private:
             return;
         }
         std::memcpy(frame.data() + 24, &payload, 4);
-        asio::post(io_, [link = links_[server], frame = std::move(frame), description = std::move(description), reply = std::move(reply), direct]() mutable {
-            link->send(std::move(frame), std::move(description), std::move(reply), direct);
+        asio::post(io_, [this, server, frame = std::make_shared<const frame_bytes>(std::move(frame)), description = std::move(description),
+                         reply = std::move(reply), direct]() mutable {
+            send_attempt(server, std::move(frame), std::move(description), std::move(reply), direct, 1);
         });
+    }
+
+    /// On the io thread: one attempt of a call's part. One that the server could not take or answer
+    /// (status unavailable: refused, cut, past its deadline) is sent again after the backoff, up to
+    /// options_.attempts in all; the caller sees the last attempt's outcome.
+    void send_attempt(unsigned server, std::shared_ptr<const frame_bytes> frame, std::string description, detail::server_link::on_reply reply,
+                      std::span<std::byte> direct, unsigned attempt) {
+        auto retry = [this, server, frame, description, reply = std::move(reply), direct, attempt](outcome o, std::span<const std::byte> payload) mutable {
+            if (o.code != status::unavailable || attempt >= options_.attempts) return reply(std::move(o), payload);
+            auto timer = std::make_shared<asio::steady_timer>(io_, options_.retry_backoff * (std::int64_t{1} << std::min(attempt - 1, 20u)));
+            timer->async_wait([this, timer, server, frame = std::move(frame), description = std::move(description), reply = std::move(reply), direct,
+                               attempt](boost::system::error_code) mutable {
+                send_attempt(server, std::move(frame), std::move(description), std::move(reply), direct, attempt + 1);
+            });
+        };
+        links_[server]->send(frame_bytes(*frame), description, std::move(retry), direct);
     }
 
     /// Fills part_ids_/part_pos_: for each server, its ids and their positions in `ids`.
@@ -588,6 +624,8 @@ private:
 
     service* embedded_ = nullptr;
     client_options options_;
+    std::uint64_t client_id_ = random_client_id();  // with pushes_, the key of each push
+    std::uint64_t pushes_ = 0;
     asio::io_context io_{1};
     asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
     std::vector<std::shared_ptr<detail::server_link>> links_;

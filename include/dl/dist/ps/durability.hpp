@@ -5,10 +5,11 @@
 //   <data dir>/meta                    the shard count the files were written with
 //   <data dir>/tables.log              create_table and grow_dim, in order (synced before the ack)
 //   <data dir>/shard-<i>/wal-<n>.log   pushes applied by shard i after checkpoint n (n = 0: since
-//                                      the start), synced before the push is acknowledged
+//                                      the start), with their keys, synced before the push is acknowledged
 //   <data dir>/shard-<i>/full-<n>.ckpt, incr-<n>.ckpt
 //                                      checkpoint n of shard i: every row, or the rows changed and
-//                                      removed since checkpoint n-1; written to a temporary file,
+//                                      removed since checkpoint n-1, and the keys of the pushes
+//                                      applied (all of them: the log before is gone); written to a temporary file,
 //                                      synced and renamed, so a file that exists is complete
 //
 // Restoring a shard = its last full checkpoint, the incremental ones after it, then its log segments
@@ -196,6 +197,7 @@ enum class record_kind : std::uint32_t {
     end = 8,         ///< u64 sequence: the last record of a complete checkpoint
     export_head = 9, ///< u32 table, u32 dim: the first record of an exported table
     table_v2 = 10,   ///< table config (id first) in protocol version 2's layout (f64 betas): tables.log
+    applied = 11,    ///< u32 0, u64 client, u64 floor, u64 sequences[]: keys of pushes applied (checkpoint; see applied_pushes)
 };
 
 template <class T>

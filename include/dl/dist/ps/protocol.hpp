@@ -38,7 +38,7 @@ inline constexpr std::uint32_t default_max_payload = 256u << 20;
 enum class op : std::uint16_t {
     create_table = 1,  ///< payload: encoded table_config
     pull = 2,          ///< payload: ids u64[n]; reply: dim u32, n u32, rows f32[n·dim]
-    push = 3,          ///< payload: push_header, ids u64[n], grads f32[n·dim], [shows u32[n], clicks u32[n]]
+    push = 3,          ///< payload: push_header, [push_key], ids u64[n], grads f32[n·dim], [shows u32[n], clicks u32[n]]
     stats = 4,         ///< reply: table_stats
     grow_dim = 5,      ///< payload: new dim u32
     checkpoint = 6,    ///< payload: kind u32 (0 full, 1 incremental); reply: checkpoint sequence u64
@@ -281,10 +281,20 @@ inline void encode(byte_writer& w, const table_config& c) {
 struct push_header {
     std::uint32_t count = 0;
     std::uint32_t dim = 0;
-    std::uint32_t flags = 0;  ///< bit 0: shows and clicks follow the gradients
+    std::uint32_t flags = 0;  ///< bit 0: shows and clicks follow the gradients; bit 1: a push_key follows this header
     std::uint32_t reserved = 0;
 };
 inline constexpr std::uint32_t push_has_counts = 1;
+inline constexpr std::uint32_t push_has_key = 2;
+
+/// Which push this is: a client's retries of a push carry its key, and a server applies a keyed push
+/// once however often it arrives (the write-ahead log and checkpoints keep the keys, so also across
+/// a restart). A push whose reply was lost may have been applied: only the key makes a retry safe.
+struct push_key {
+    std::uint64_t client = 0;    ///< random per client object; 0: no key
+    std::uint64_t sequence = 0;  ///< the client's count of pushes
+    friend bool operator==(const push_key&, const push_key&) = default;
+};
 
 /// A decoded push, viewing the payload.
 struct push_request {
@@ -292,19 +302,26 @@ struct push_request {
     std::span<const float> grads;
     std::span<const std::uint32_t> shows, clicks;  ///< empty when the push carries none
     std::uint32_t dim = 0;
+    push_key key{};  ///< client 0: none
 };
 
 [[nodiscard]] inline push_request decode_push(std::span<const std::byte> payload) {
     byte_reader r(payload);
     const auto h = r.get<push_header>();
-    if (h.reserved != 0 || (h.flags & ~push_has_counts) != 0) throw decode_error{status::malformed, "unknown push flags"};
+    if (h.reserved != 0 || (h.flags & ~(push_has_counts | push_has_key)) != 0) throw decode_error{status::malformed, "unknown push flags"};
     if (h.dim == 0) throw decode_error{status::malformed, "push of dimension 0"};
+    push_key key{};
+    if (h.flags & push_has_key) {
+        key = r.get<push_key>();
+        if (key.client == 0) throw decode_error{status::malformed, "push key of client 0"};
+    }
     // Sizes are checked against what is there before any multiplication can overflow.
     const std::uint64_t per_id = 8 + std::uint64_t{4} * h.dim + ((h.flags & push_has_counts) ? 8 : 0);
     if (std::uint64_t{h.count} * per_id != r.remaining())
         throw decode_error{status::malformed, "push of " + std::to_string(h.count) + " ids of dim " + std::to_string(h.dim) + " does not match its " +
                                                   std::to_string(r.remaining()) + " payload bytes"};
     push_request p;
+    p.key = key;
     p.dim = h.dim;
     p.ids = r.view<std::uint64_t>(h.count);
     p.grads = r.view<float>(std::size_t{h.count} * h.dim);
@@ -319,18 +336,19 @@ struct push_request {
 /// Appends the push payload of the rows at positions `pick` of ids/grads (and shows/clicks when given).
 /// The client sends each server its part this way; the write-ahead log stores each shard's part so.
 inline void encode_push(frame_bytes& out, std::span<const std::uint32_t> pick, std::span<const std::uint64_t> ids, std::span<const float> grads,
-                        std::span<const std::uint32_t> shows, std::span<const std::uint32_t> clicks, std::uint32_t dim) {
+                        std::span<const std::uint32_t> shows, std::span<const std::uint32_t> clicks, std::uint32_t dim, push_key key = {}) {
     const auto n = static_cast<std::uint32_t>(pick.size());
-    const bool counts = !shows.empty();
+    const bool counts = !shows.empty(), keyed = key.client != 0;
     const std::size_t start = out.size();
-    out.resize(start + sizeof(push_header) + n * (8 + std::size_t{4} * dim + (counts ? 8 : 0)));
+    out.resize(start + sizeof(push_header) + (keyed ? sizeof key : 0) + n * (8 + std::size_t{4} * dim + (counts ? 8 : 0)));
     std::byte* at = out.data() + start;
     auto put = [&](const void* data, std::size_t bytes) {
         std::memcpy(at, data, bytes);
         at += bytes;
     };
-    const push_header h{n, dim, counts ? push_has_counts : 0u, 0};
+    const push_header h{n, dim, (counts ? push_has_counts : 0u) | (keyed ? push_has_key : 0u), 0};
     put(&h, sizeof h);
+    if (keyed) put(&key, sizeof key);
     for (std::uint32_t p : pick) put(&ids[p], 8);
     for (std::uint32_t p : pick) put(grads.data() + std::size_t{p} * dim, dim * sizeof(float));
     if (counts) {

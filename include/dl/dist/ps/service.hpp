@@ -63,6 +63,59 @@ struct outcome {
     return detail::fast_range(static_cast<std::uint32_t>(detail::mix64(id)), servers);
 }
 
+/// The keys of the pushes one shard applied: per client the most recent `window` sequences, and a
+/// floor below which every sequence counts as applied. Retries come within seconds of the push
+/// they repeat, so a client's pushes more than `window` apart are never retries of each other; at
+/// most `max_clients` clients are kept, the one unseen longest dropped first.
+class applied_pushes {
+public:
+    static constexpr std::size_t window = 4096, max_clients = std::size_t{1} << 14;
+
+    [[nodiscard]] bool contains(push_key k) const {
+        const auto it = clients_.find(k.client);
+        return it != clients_.end() && (k.sequence < it->second.floor || it->second.recent.contains(k.sequence));
+    }
+    void insert(push_key k) {
+        auto [it, fresh] = clients_.try_emplace(k.client);
+        if (fresh && clients_.size() > max_clients) {
+            auto oldest = clients_.begin();
+            for (auto c = clients_.begin(); c != clients_.end(); ++c)
+                if (c != it && c->second.last_use < oldest->second.last_use) oldest = c;
+            if (oldest == it) oldest = std::next(clients_.begin());
+            clients_.erase(oldest);
+        }
+        client& c = it->second;
+        c.last_use = ++clock_;
+        if (k.sequence < c.floor) return;
+        c.recent.insert(k.sequence);
+        if (c.recent.size() > window) {
+            c.floor = *c.recent.begin() + 1;
+            c.recent.erase(c.recent.begin());
+        }
+    }
+    void clear() noexcept { clients_.clear(); }
+    /// Visits (client, floor, recent sequences) for a checkpoint.
+    template <class Visit>
+    void for_each(Visit&& visit) const {
+        for (const auto& [id, c] : clients_) visit(id, c.floor, c.recent);
+    }
+    /// Restores one client written by for_each.
+    void restore(std::uint64_t client_id, std::uint64_t floor, std::span<const std::uint64_t> recent) {
+        for (std::uint64_t s : recent) insert({client_id, s});
+        client& c = clients_[client_id];
+        c.floor = std::max(c.floor, floor);
+    }
+
+private:
+    struct client {
+        std::uint64_t floor = 0;
+        std::set<std::uint64_t> recent;
+        std::uint64_t last_use = 0;
+    };
+    std::unordered_map<std::uint64_t, client> clients_;
+    std::uint64_t clock_ = 0;
+};
+
 class service {
 public:
     using completion = std::function<void(outcome)>;
@@ -229,7 +282,8 @@ public:
     }
 
     /// Applies a push. Everything is checked before any row is touched: an unknown table, a wrong
-    /// dim, inconsistent sizes or a NaN/Inf gradient fail the whole request and change nothing.
+    /// dim, inconsistent sizes or a NaN/Inf gradient fail the whole request and change nothing. A
+    /// push with a key (request.key) that a shard has applied before is not applied there again.
     /// The spans must stay valid until done is called.
     void push(std::uint32_t table_id, const push_request& request, completion done) {
         auto entry = find(table_id);
@@ -253,12 +307,21 @@ public:
                     job->fail({status::failed, sh.log_failure});
                     return job->arrive();
                 }
+                // A retry of a push this shard applied: acknowledged as the first one is, once the
+                // log holding that one is synced, and not applied again.
+                const bool keyed = request.key.client != 0;
+                if (keyed && sh.applied.contains(request.key)) {
+                    if (!sh.log.is_open()) return job->arrive();
+                    sh.waiting_for_sync.push_back(job);
+                    return schedule_commit(sh);
+                }
                 table* t = nullptr;
                 const bool applied = job->run([&] {
                     t = sh.tables.at(table_id).get();
                     t->push_many(positions, request.ids, request.grads.data(), dim, request.shows, request.clicks, step);
                 });
                 if (!applied) return job->arrive();
+                if (keyed) sh.applied.insert(request.key);
                 // Logged in the order applied: the push, then what it evicted. Acknowledged only once
                 // the log holding it is synced (commit).
                 const bool durable = sh.log.is_open();
@@ -269,7 +332,7 @@ public:
                             detail::put(out, table_id);
                             detail::put(out, step);
                             detail::put(out, std::uint32_t{0});  // pads the push payload to 16 bytes: its ids stay 8-aligned
-                            encode_push(out, positions, request.ids, request.grads, request.shows, request.clicks, dim);
+                            encode_push(out, positions, request.ids, request.grads, request.shows, request.clicks, dim, request.key);
                         });
                     if (const auto n = maybe_evict(sh, *t, entry->config, step)) entry->counters->evicted.fetch_add(n, std::memory_order_relaxed);
                     if (durable) sh.waiting_for_sync.push_back(job);
@@ -374,6 +437,7 @@ private:
         std::string log_failure;
         std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> removed;
         bool next_checkpoint_full = false;
+        applied_pushes applied;  // keys of the keyed pushes this shard applied
     };
 
     /// One request split by owning shard: positions of the ids grouped by shard (a counting sort),
@@ -535,6 +599,16 @@ private:
                 removed.clear();
                 detail::write_rows(out, id, [&](auto&& f) { t->checkpoint_rows(full, f); }, true);
             }
+            // Every key, in incremental checkpoints too: the log segments that held them go once this exists.
+            sh.applied.for_each([&](std::uint64_t client, std::uint64_t floor, const std::set<std::uint64_t>& recent) {
+                out.append([&](frame_bytes& b) {
+                    detail::put(b, detail::record_kind::applied);
+                    detail::put(b, std::uint32_t{0});  // pads to 8 bytes: the sequences stay 8-aligned
+                    detail::put(b, client);
+                    detail::put(b, floor);
+                    for (std::uint64_t s : recent) detail::put(b, s);
+                });
+            });
             out.append([&](frame_bytes& b) {
                 detail::put(b, detail::record_kind::end);
                 detail::put(b, seq);
@@ -635,6 +709,7 @@ private:
                 covered = n;
             }
             for (const fs::path& file : checkpoints) {
+                sh.applied.clear();  // each checkpoint holds every key up to it
                 bool complete = false;
                 data::record_reader reader(file);
                 while (auto record = reader.next()) {
@@ -649,6 +724,14 @@ private:
                         }
                         case detail::record_kind::rows: detail::restore_rows(r, table_of(r.get<std::uint32_t>(), file), file); break;
                         case detail::record_kind::removed: erase(r, file); break;
+                        case detail::record_kind::applied: {
+                            (void)r.get<std::uint32_t>();
+                            const auto client = r.get<std::uint64_t>();
+                            const auto floor = r.get<std::uint64_t>();
+                            sh.applied.restore(client, floor, r.view<std::uint64_t>(r.remaining() / 8));
+                            r.expect_end();
+                            break;
+                        }
                         case detail::record_kind::end: complete = true; break;
                         default: dl::detail::fail("dl::ps: ", file.string(), ": unexpected record in a checkpoint");
                         }
@@ -675,6 +758,7 @@ private:
                             for (std::size_t k = 0; k < p.ids.size(); ++k)
                                 t.push(p.ids[k], p.grads.data() + k * p.dim, p.dim, p.shows.empty() ? 0 : p.shows[k], p.clicks.empty() ? 0 : p.clicks[k], step);
                             steps[id] = std::max(steps[id], std::uint64_t{step} + 1);
+                            if (p.key.client != 0) sh.applied.insert(p.key);
                             break;
                         }
                         case detail::record_kind::removed: erase(r, path); break;
