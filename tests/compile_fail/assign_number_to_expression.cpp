@@ -5,5 +5,10 @@
 int main() {
     auto a = dl::zeros<float>({3});
     auto e = dl::exp(a);
+#ifdef DL_CONTROL
+    dl::Tensor<float> t = e;
+    t = 1.0f;
+#else
     e = 1.0f;
+#endif
 }

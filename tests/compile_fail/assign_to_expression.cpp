@@ -6,5 +6,9 @@ int main() {
     auto a = dl::zeros<float>({3});
     auto b = dl::zeros<float>({3});
     auto c = dl::zeros<float>({3});
+#ifdef DL_CONTROL
+    c = a + b;
+#else
     (a + b) = c;
+#endif
 }

@@ -6,6 +6,10 @@
 
 int main() {
     auto a = dl::zeros<float>({3});
+#ifdef DL_CONTROL
+    auto e = dl::cast<double>(a);
+#else
     auto e = dl::cast<std::string>(a);
+#endif
     (void)e;
 }

@@ -6,5 +6,9 @@
 
 int main() {
     auto a = dl::zeros<float>({3});
+#ifdef DL_CONTROL
+    a.copy_from(1.0f);
+#else
     a.copy_from(std::string("1"));
+#endif
 }

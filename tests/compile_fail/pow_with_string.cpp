@@ -6,6 +6,10 @@
 
 int main() {
     auto a = dl::zeros<float>({3});
+#ifdef DL_CONTROL
+    auto e = dl::pow(a, 2);
+#else
     auto e = dl::pow(a, std::string("2"));
+#endif
     (void)e;
 }

@@ -5,6 +5,10 @@
 #include <vector>
 
 int main() {
+#ifdef DL_CONTROL
+    auto s = dl::sum(dl::zeros<float>({0}));
+#else
     auto s = dl::sum(std::vector<float>{});
+#endif
     (void)s;
 }

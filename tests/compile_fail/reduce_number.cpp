@@ -3,6 +3,10 @@
 #include <dl/dl.hpp>
 
 int main() {
+#ifdef DL_CONTROL
+    auto m = dl::max(dl::full<float>({1}, 1.0f));
+#else
     auto m = dl::max(1.0f);
+#endif
     (void)m;
 }

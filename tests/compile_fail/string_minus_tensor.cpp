@@ -6,6 +6,10 @@
 
 int main() {
     auto a = dl::zeros<float>({3});
+#ifdef DL_CONTROL
+    auto e = 1 - a;
+#else
     auto e = std::string("1") - a;
+#endif
     (void)e;
 }

@@ -3,6 +3,10 @@
 #include <dl/dl.hpp>
 
 int main() {
+#ifdef DL_CONTROL
+    dl::Tensor<std::uint8_t> t;
+#else
     dl::Tensor<char> t;
+#endif
     (void)t;
 }

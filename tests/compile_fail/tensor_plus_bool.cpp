@@ -4,6 +4,10 @@
 
 int main() {
     auto a = dl::zeros<float>({3});
+#ifdef DL_CONTROL
+    auto e = a + 1;
+#else
     auto e = a + true;
+#endif
     (void)e;
 }

@@ -6,6 +6,10 @@
 
 int main() {
     auto a = dl::zeros<float>({3});
+#ifdef DL_CONTROL
+    auto e = a + 1.0f;
+#else
     auto e = a + std::string("1");
+#endif
     (void)e;
 }

@@ -5,6 +5,10 @@
 #include <vector>
 
 int main() {
+#ifdef DL_CONTROL
+    auto e = dl::exp(dl::tensor<float>({1.0f}));
+#else
     auto e = dl::exp(std::vector<float>{1.0f});
+#endif
     (void)e;
 }
