@@ -41,9 +41,9 @@ TEST_CASE_TEMPLATE("NaN and infinity through transcendental unary ops", T, float
     check_specials<T>("elu", EXPR_UNARY(dl::elu), {{qnan, qnan}, {inf, inf}, {-inf, -1}});
 }
 
-// xsimd 8's double log and log2 mishandle subnormal inputs on the SIMD path (log(1e-320) gives about
-// -746.5 instead of -736.8); the scalar path is right.
-TEST_CASE("log and log2 of subnormal doubles" * doctest::may_fail()) {
+// xsimd 8's double log and log2 mishandle subnormal inputs (log(1e-320) gives about -746.5 instead of
+// -736.8): math.hpp scales them into the normal range first.
+TEST_CASE("log and log2 of subnormal doubles") {
     const double sub = 1e-320;
     check_specials<double>("log", EXPR_UNARY(dl::log), {{sub, std::log(sub)}, {5e-324, std::log(5e-324)}});
     check_specials<double>("log2", EXPR_UNARY(dl::log2), {{sub, std::log2(sub)}, {5e-324, std::log2(5e-324)}});

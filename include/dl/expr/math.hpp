@@ -1,7 +1,9 @@
 #pragma once
 // Elementwise math written once for scalars and SIMD batches (see simd.hpp). float gets dl's own
-// kernels where speed matters (exp and what builds on it); the rest, and double, use xsimd for batches
-// and <cmath> for scalars. Accuracy is tested against double references (tests/expr/math.cpp).
+// kernels where speed matters (exp and what builds on it); the rest, and double, use xsimd, whose
+// batch functions the scalar path calls too (on a batch holding the one value), so that an element's
+// bits do not depend on whether its operands were contiguous or strided. Without SIMD (DL_NO_SIMD)
+// the scalar path is <cmath>. Accuracy is tested against double references (tests/expr/math.cpp).
 #include <cmath>
 #include <type_traits>
 
@@ -21,11 +23,32 @@ template <class V>
 inline constexpr bool is_float = std::is_same_v<simd::scalar_t<V>, float>;
 }  // namespace detail
 
-#define DL_MATH_FALLBACK(name, V, x)        \
-    if constexpr (simd::is_batch<V>)        \
-        return xsimd::name(x);              \
-    else                                    \
-        return std::name(x)
+namespace detail {
+/// f(x) for a batch; for a scalar, lane 0 of f on a batch holding x (the same bits as the SIMD path),
+/// or `fallback` where the type has no batch.
+template <class V, class F, class G>
+DL_INLINE V batch_math(const V& x, F f, G fallback) noexcept {
+    if constexpr (simd::is_batch<V>)
+        return f(x);
+    else if constexpr (simd::has_batch<V>)
+        return f(simd::batch<V>(x)).get(0);
+    else
+        return fallback(x);
+}
+template <class V, class F, class G>
+DL_INLINE V batch_math(const V& x, const V& y, F f, G fallback) noexcept {
+    if constexpr (simd::is_batch<V>)
+        return f(x, y);
+    else if constexpr (simd::has_batch<V>)
+        return f(simd::batch<V>(x), simd::batch<V>(y)).get(0);
+    else
+        return fallback(x, y);
+}
+}  // namespace detail
+
+#define DL_MATH_FALLBACK(name, V, x) \
+    return detail::batch_math(       \
+        x, [](const auto& b) { return xsimd::name(b); }, [](const auto& v) { return std::name(v); })
 
 namespace detail {
 /// e^r - 1 for |r| <= ln2/2: r + r^2 P(r), P of degree 4 with minimax coefficients from
@@ -112,10 +135,10 @@ template <class V>
 DL_INLINE V expm1(const V& x) noexcept {
     if constexpr (!detail::is_float<V>) {
         DL_MATH_FALLBACK(expm1, V, x);
-    } else if constexpr (simd::is_batch<V>) {
-        return simd::select(x > V(80.0f), math::exp(x), xsimd::expm1(x));
     } else {
-        return x > 80.0f ? math::exp(x) : std::expm1(x);
+        const V e = detail::batch_math(
+            x, [](const auto& b) { return xsimd::expm1(b); }, [](const auto& v) { return std::expm1(v); });
+        return simd::select(x > V(80.0f), math::exp(x), e);
     }
 }
 
@@ -152,10 +175,42 @@ DL_INLINE V tanh(const V& x) noexcept {
     }
 }
 
+namespace detail {
+/// x scaled into the normal range when it is a positive subnormal double, with the log2 of the
+/// scale to take off again: xsimd 8's double log and log2 mishandle subnormals (log(1e-320) gives
+/// -746.5 instead of -736.8).
 template <class V>
-DL_INLINE V log(const V& x) noexcept { DL_MATH_FALLBACK(log, V, x); }
+DL_INLINE V normal_double(const V& x, V& log2_scale) noexcept {
+    const auto tiny = x < V(0x1p-1022);
+    log2_scale = simd::select(tiny, V(52.0), V(0.0));
+    return simd::select(tiny, x * V(0x1p52), x);
+}
+}  // namespace detail
+
 template <class V>
-DL_INLINE V log2(const V& x) noexcept { DL_MATH_FALLBACK(log2, V, x); }
+DL_INLINE V log(const V& x) noexcept {
+    if constexpr (!detail::is_float<V>) {
+        V k;
+        const V normal = detail::normal_double(x, k);
+        const V y = detail::batch_math(
+            normal, [](const auto& b) { return xsimd::log(b); }, [](const auto& v) { return std::log(v); });
+        return y - k * V(0.693147180559945309);
+    } else {
+        DL_MATH_FALLBACK(log, V, x);
+    }
+}
+template <class V>
+DL_INLINE V log2(const V& x) noexcept {
+    if constexpr (!detail::is_float<V>) {
+        V k;
+        const V normal = detail::normal_double(x, k);
+        const V y = detail::batch_math(
+            normal, [](const auto& b) { return xsimd::log2(b); }, [](const auto& v) { return std::log2(v); });
+        return y - k;
+    } else {
+        DL_MATH_FALLBACK(log2, V, x);
+    }
+}
 template <class V>
 DL_INLINE V log1p(const V& x) noexcept { DL_MATH_FALLBACK(log1p, V, x); }
 template <class V>
@@ -173,19 +228,31 @@ DL_INLINE V ceil(const V& x) noexcept { DL_MATH_FALLBACK(ceil, V, x); }
 /// Half away from zero, as std::round.
 template <class V>
 DL_INLINE V round(const V& x) noexcept { DL_MATH_FALLBACK(round, V, x); }
+/// x^y, with C99's special cases, which xsimd 8's batch pow misses: pow(x, ±0) = 1 and pow(1, y) = 1
+/// for any x and y, NaN included, and pow(-1, ±inf) = 1.
 template <class V>
 DL_INLINE V pow(const V& x, const V& y) noexcept {
-    if constexpr (simd::is_batch<V>)
-        return xsimd::pow(x, y);
-    else
-        return std::pow(x, y);
+    const V p = detail::batch_math(
+        x, y, [](const auto& a, const auto& b) { return xsimd::pow(a, b); },
+        [](const auto& a, const auto& b) { return std::pow(a, b); });
+    const auto one = (y == V(0)) | (x == V(1)) | ((x == V(-1)) & (simd::abs(y) == V(INFINITY)));
+    return simd::select(one, V(1), p);
 }
+/// atan2(y, x), with C99's values where both are zeros or both infinities (xsimd 8 gives NaN):
+/// ±0 or ±π for zeros, ±π/4 or ±3π/4 for infinities, by the signs of y and x.
 template <class V>
 DL_INLINE V atan2(const V& y, const V& x) noexcept {
-    if constexpr (simd::is_batch<V>)
-        return xsimd::atan2(y, x);
-    else
-        return std::atan2(y, x);
+    using S = simd::scalar_t<V>;
+    const V a = detail::batch_math(
+        y, x, [](const auto& p, const auto& q) { return xsimd::atan2(p, q); },
+        [](const auto& p, const auto& q) { return std::atan2(p, q); });
+    const V inf(static_cast<S>(INFINITY));
+    const auto zeros = (y == V(0)) & (x == V(0)), infinities = (simd::abs(y) == inf) & (simd::abs(x) == inf);
+    const auto x_negative = simd::copysign(V(1), x) < V(0);
+    const V at_zeros = simd::select(x_negative, V(static_cast<S>(3.14159265358979323846)), V(0));
+    const V at_infinities =
+        simd::select(x_negative, V(static_cast<S>(2.35619449019234492885)), V(static_cast<S>(0.785398163397448309616)));
+    return simd::select(zeros, simd::copysign(at_zeros, y), simd::select(infinities, simd::copysign(at_infinities, y), a));
 }
 
 #undef DL_MATH_FALLBACK

@@ -15,14 +15,22 @@ inline constexpr bool always_false = false;
 template <class A, class B>
 concept binary_operands = (expression<A> && (expression<B> || scalar<B>)) || (scalar<A> && expression<B>);
 
+/// The type a number S meets an expression of element type T as: T, except that an integer number
+/// compared with (or tested by a logical op against) an integer or bool tensor is an int64, so that
+/// one outside T's range compares by value (`uint8 > -1` is true) instead of wrapping into T.
+template <class Op, class T, class S>
+using number_operand_t =
+    std::conditional_t<Op::rule == ops::result_rule::boolean && std::is_integral_v<T> && std::is_integral_v<std::remove_cvref_t<S>>,
+                       std::int64_t, T>;
+
 template <class Op, class A, class B>
 [[nodiscard]] auto make_binary(Op op, A&& a, B&& b) {
     if constexpr (expression<A> && expression<B>)
         return make_node(op, std::forward<A>(a), std::forward<B>(b));
     else if constexpr (expression<A>)
-        return make_node(op, std::forward<A>(a), as_operand<value_t<A>>(std::forward<B>(b)));
+        return make_node(op, std::forward<A>(a), as_operand<number_operand_t<Op, value_t<A>, B>>(std::forward<B>(b)));
     else
-        return make_node(op, as_operand<value_t<B>>(std::forward<A>(a)), std::forward<B>(b));
+        return make_node(op, as_operand<number_operand_t<Op, value_t<B>, A>>(std::forward<A>(a)), std::forward<B>(b));
 }
 }  // namespace detail
 
