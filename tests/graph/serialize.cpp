@@ -311,3 +311,71 @@ TEST_CASE("graph serialization: corrupt and foreign files fail with what is wron
     const any_tensor x[] = {dl::uniform<float>({3, 3}, -1, 1, ctx)};
     CHECK(dl_test::same_elements(std::get<Tensor<float>>(loaded.run(x)[0]), Tensor<float>(dl::relu(layer(std::get<Tensor<float>>(x[0])))), 1e-6));
 }
+
+namespace {
+
+/// The system allocator, refusing (and remembering) any block over 64 MiB: a test of what a load
+/// allocates that cannot exhaust the machine when the load is wrong.
+class capped_allocator final : public dl::Allocator {
+public:
+    std::size_t largest = 0;
+    void* allocate(std::size_t bytes) override {
+        largest = std::max(largest, bytes);
+        if (bytes > (std::size_t(64) << 20)) throw std::bad_alloc();
+        return system_.allocate(bytes);
+    }
+    void deallocate(void* block, std::size_t bytes) noexcept override { system_.deallocate(block, bytes); }
+    dl::allocator_stats stats() const override { return system_.stats(); }
+
+private:
+    dl::system_allocator system_;
+};
+
+/// f (relu of a linear layer over [2, 3]) saved to `file`.
+graph::function saved_linear(dl::Context& ctx, dl::nn::linear<float>& layer, const temporary_file& file) {
+    auto f = graph::trace([&](const Tensor<float>& x) { return dl::relu(layer(x)); }, dl::uniform<float>({2, 3}, -1, 1, ctx));
+    graph::save(f, file.path);
+    return f;
+}
+
+}  // namespace
+
+TEST_CASE("graph serialization: a small file declaring huge values allocates nothing for them") {
+    auto allocator = std::make_shared<capped_allocator>();
+    dl::Context ctx({.seed = 17, .threads = 1, .allocator = allocator});
+    dl::nn::linear<float> layer(3, 2, true, ctx);
+    temporary_file good("huge_good"), bad("huge_bad");
+    static_cast<void>(saved_linear(ctx, layer, good));
+    auto with_input_shape = [&](std::vector<std::int64_t> shape) {
+        const dl::nn::safetensors_file source(good.path);
+        nlohmann::json g = nlohmann::json::parse(source.metadata().at("dl.graph"));
+        REQUIRE(g["values"][0]["source"] == "input");
+        g["values"][0]["shape"] = shape;
+        g["values"][3]["shape"] = {shape[0], 2};  // the linear's result, as a consistent file would say
+        g["values"][4]["shape"] = {shape[0], 2};
+        dl::nn::safetensors_writer w;
+        for (const auto& [name, stored] : source.tensors()) w.add(name, source.get<float>(name, ctx));
+        w.set_metadata("format", "dl.graph");
+        w.set_metadata("dl.graph", g.dump());
+        w.write(bad.path);
+        allocator->largest = 0;
+        return dl_test::error_message([&] { static_cast<void>(graph::load(bad.path, ctx)); });
+    };
+    // A 40 GB float input in a file of a few KB.
+    const std::string m = with_input_shape({100000, 100000});
+    CHECK(std::filesystem::file_size(bad.path) < 4096);
+    CHECK(allocator->largest < (std::size_t(1) << 20));
+    CHECK(m.find(bad.path.string()) != std::string::npos);
+    CHECK(m.find("rebuilding its kernels needs 40000800000 bytes") != std::string::npos);
+    // Extents whose product overflows are named, never wrapped.
+    const std::string wrapped = with_input_shape({4294967296, 4294967296});
+    CHECK(allocator->largest < (std::size_t(1) << 20));
+    CHECK(wrapped.find("value %0 has shape [4294967296, 4294967296], too many elements to address") != std::string::npos);
+    // The caller may allow more; the graph still loads and runs at its own shapes.
+    CHECK(dl_test::error_message([&] { static_cast<void>(graph::load(good.path, ctx, {.max_rebuild_bytes = 16})); })
+              .find("more than the limit of 16 bytes (graph::load_options::max_rebuild_bytes)") != std::string::npos);
+    graph::function loaded = graph::load(good.path, ctx, {.max_rebuild_bytes = 1 << 20});
+    const any_tensor x[] = {dl::uniform<float>({2, 3}, -1, 1, ctx)};
+    CHECK(dl_test::same_elements(std::get<Tensor<float>>(loaded.run(x)[0]),
+                                 Tensor<float>(dl::relu(layer(std::get<Tensor<float>>(x[0])))), 1e-6));
+}

@@ -8,8 +8,9 @@
 // A file holds op names and attributes, never code. load() rebuilds each node's kernel from the op's
 // own definition (DESIGN.md, principle 1): it calls the op's public function once on zero-filled
 // tensors of the node's input types while recording, and checks that the op recorded is the one saved,
-// attributes included, with the saved result type. Elementwise nodes and the steps of fused nodes get
-// their tile kernels from the functors of expr/functors.hpp, found by name.
+// attributes included, with the saved result type. Those stand-ins have the shapes the file declares,
+// which its bytes do not back, so load_options bounds what they may take. Elementwise nodes and the
+// steps of fused nodes get their tile kernels from the functors of expr/functors.hpp, found by name.
 //
 // Not saved (save() refuses, naming the node): graphs being trained (vjp and allreduce nodes),
 // effectful ops (dropout, batch_norm in training mode), int8-quantized ops (their weights are not
@@ -23,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -501,14 +503,22 @@ void save(const function& f, const std::filesystem::path& path) {
     save(f.graph(), path);
 }
 
+/// What load() may allocate beyond the tensors the file holds.
+struct load_options {
+    /// The most bytes the zero-filled stand-ins and op results of the rebuild may hold at once. They
+    /// follow the shapes the file declares, so a file of a few KB could otherwise ask for any amount.
+    std::int64_t max_rebuild_bytes = std::int64_t(4) << 30;
+};
+
 /// Reads what save() wrote and rebuilds every kernel; the graph runs on ctx, its parameters (which
 /// still require grad, so the loaded graph can be trained further) and constants live there. T, More...
 /// are the floating types the graph may compute in (casts convert between any types): each costs the
 /// compile time of every op's definition in that type, so a service lists the ones it serves. A file
 /// that is not a dl graph, is malformed, names ops dl cannot rebuild or computes in a type not listed
-/// fails with a dl::error naming the file, the node and what is wrong.
+/// fails with a dl::error naming the file, the node and what is wrong; so does one whose rebuild would
+/// need more than options.max_rebuild_bytes.
 template <class T = float, class... More>
-[[nodiscard]] function load(const std::filesystem::path& path, Context& ctx = default_context()) {
+[[nodiscard]] function load(const std::filesystem::path& path, Context& ctx = default_context(), const load_options& options = {}) {
     static_assert(is_floating_element<T> && (is_floating_element<More> && ...),
                   "dl::graph::load: list the floating types the graph computes in");
     using nlohmann::json;
@@ -540,6 +550,9 @@ template <class T = float, class... More>
                 if (e < 0) detail::load_failure(where, "a negative extent in value %", g.values.size());
                 parsed.shape.push_back(e);
             }
+            const auto numel = parsed.shape.checked_numel();
+            if (std::int64_t bytes = 0; !numel || __builtin_mul_overflow(*numel, static_cast<std::int64_t>(dtype_size(parsed.dtype)), &bytes))
+                detail::load_failure(where, "value %", g.values.size(), " has shape ", parsed.shape, ", too many elements to address");
             parsed.batched = v.at("batched").get<bool>();
             const std::string source = v.at("source").get<std::string>();
             const auto id = static_cast<int>(g.values.size());
@@ -620,6 +633,45 @@ template <class T = float, class... More>
 
     // Rebuild the kernels. Zero-filled tensors stand for every value that is not a parameter or a
     // constant: an op's kernel depends on its inputs' types and its attributes, never their values.
+    // Elementwise and fused nodes take their kernels from the functors, reading no stand-in. Each
+    // stand-in goes after its last reader; what they and each op's result hold at once is bounded
+    // before any is made (the sizes were checked for overflow above, the sums saturate).
+    auto by_call = [](const node& n) { return !n.fused() && n.kind != op_kind::elementwise; };
+    auto bytes_of = [&](int id) {
+        const value& v = g.values[static_cast<std::size_t>(id)];
+        return v.shape.numel() * static_cast<std::int64_t>(dtype_size(v.dtype));
+    };
+    auto add = [](std::int64_t a, std::int64_t b) {
+        return __builtin_add_overflow(a, b, &a) ? std::numeric_limits<std::int64_t>::max() : a;
+    };
+    std::vector<std::size_t> last_use(g.values.size(), 0);
+    for (std::size_t i = 0; i < g.nodes.size(); ++i)
+        if (by_call(g.nodes[i]))
+            for (int in : g.nodes[i].inputs) last_use[static_cast<std::size_t>(in)] = i;
+    {
+        enum : char { none, held, released };
+        std::vector<char> state(g.values.size(), none);
+        std::int64_t holding = 0, peak = 0;
+        for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+            const node& n = g.nodes[i];
+            if (!by_call(n)) continue;
+            for (int in : n.inputs)
+                if (g.values[static_cast<std::size_t>(in)].data.index() == 0 && state[static_cast<std::size_t>(in)] == none) {
+                    state[static_cast<std::size_t>(in)] = held;
+                    holding = add(holding, bytes_of(in));
+                }
+            peak = std::max(peak, add(holding, n.kind == op_kind::view ? 0 : bytes_of(n.output)));
+            for (int in : n.inputs)
+                if (state[static_cast<std::size_t>(in)] == held && last_use[static_cast<std::size_t>(in)] == i) {
+                    state[static_cast<std::size_t>(in)] = released;
+                    holding -= bytes_of(in);
+                }
+        }
+        if (peak > options.max_rebuild_bytes)
+            detail::load_failure(where, "rebuilding its kernels needs ", peak,
+                                 " bytes at once (zero-filled stand-ins of the shapes it declares, and each op's result), more than the limit of ",
+                                 options.max_rebuild_bytes, " bytes (graph::load_options::max_rebuild_bytes)");
+    }
     std::vector<any_tensor> stand_ins(g.values.size());
     auto stand_in = [&](int id) -> const any_tensor& {
         const value& v = g.values[static_cast<std::size_t>(id)];
@@ -675,6 +727,8 @@ template <class T = float, class... More>
                     detail::shape_of_any(capture.ops[0].output), ", the file says ", g.describe_type(n.output));
             n.kernel = std::move(capture.ops[0].kernel);
             n.with_epilogue = std::move(capture.ops[0].with_epilogue);
+            for (int id : n.inputs)
+                if (last_use[static_cast<std::size_t>(id)] == i) stand_ins[static_cast<std::size_t>(id)] = {};
         }
     }
     try {
