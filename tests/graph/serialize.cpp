@@ -338,6 +338,15 @@ graph::function saved_linear(dl::Context& ctx, dl::nn::linear<float>& layer, con
     return f;
 }
 
+std::vector<char> bytes_of(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+void write_all(const std::filesystem::path& p, const std::vector<char>& bytes) {
+    std::ofstream out(p, std::ios::binary);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
 }  // namespace
 
 TEST_CASE("graph serialization: a small file declaring huge values allocates nothing for them") {
@@ -378,4 +387,44 @@ TEST_CASE("graph serialization: a small file declaring huge values allocates not
     const any_tensor x[] = {dl::uniform<float>({2, 3}, -1, 1, ctx)};
     CHECK(dl_test::same_elements(std::get<Tensor<float>>(loaded.run(x)[0]),
                                  Tensor<float>(dl::relu(layer(std::get<Tensor<float>>(x[0])))), 1e-6));
+}
+
+TEST_CASE("graph serialization: every flipped byte of the weights or of the graph is detected") {
+    dl::Context ctx({.seed = 17, .threads = 1});
+    dl::nn::linear<float> layer(3, 2, true, ctx);
+    temporary_file good("flip_good"), bad("flip_bad");
+    static_cast<void>(saved_linear(ctx, layer, good));
+    const auto bytes = bytes_of(good.path);
+    std::uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const std::size_t data = 8 + n;
+    REQUIRE(bytes.size() == data + 4 * (6 + 2));
+    auto load_flipped = [&](std::size_t at, unsigned char flip) {
+        auto copy = bytes;
+        copy[at] = static_cast<char>(copy[at] ^ flip);
+        write_all(bad.path, copy);
+        return dl_test::error_message([&] { static_cast<void>(graph::load(bad.path, ctx)); });
+    };
+    for (std::size_t at = data; at < bytes.size(); ++at)
+        for (const unsigned char flip : {0x01, 0x80}) {
+            CAPTURE(at);
+            const std::string m = load_flipped(at, flip);
+            CHECK(m.find("damaged tensor data (CRC32C mismatch)") != std::string::npos);
+            CHECK(m.find(bad.path.string()) != std::string::npos);
+        }
+    // The graph itself (ops, attributes, shapes) is JSON text in the header; a flip there either breaks
+    // the JSON or changes the text its checksum covers.
+    const std::string header(bytes.data() + 8, n);
+    const std::string key = R"("dl.graph":")";
+    const std::size_t begin = header.find(key) + key.size(), end = header.find(R"(","dl.graph.crc32c")");
+    REQUIRE(begin != std::string::npos);
+    REQUIRE(end != std::string::npos);
+    REQUIRE(end > begin + 100);
+    for (std::size_t at = begin; at < end; ++at) {
+        CAPTURE(at);
+        const std::string m = load_flipped(8 + at, 0x01);
+        CHECK(m != "<no dl::error>");
+        CHECK(m.find(bad.path.string()) != std::string::npos);
+    }
+    CHECK(dl_test::error_message([&] { static_cast<void>(graph::load(good.path, ctx)); }) == "<no dl::error>");
 }

@@ -125,9 +125,13 @@ TEST_CASE("the bytes follow the safetensors spec both ways") {
     std::memcpy(&n, bytes.data(), 8);
     CHECK(n % 8 == 0);
     const std::string header(bytes.data() + 8, n);
-    CHECK(header.rfind(R"({"b":{"dtype":"I32","shape":[3],"data_offsets":[0,12]},"a":{"dtype":"F64","shape":[1],)"
-                       R"("data_offsets":[12,20]}})", 0) == 0);
-    CHECK(bytes.size() == 8 + n + 20);
+    REQUIRE(bytes.size() == 8 + n + 20);
+    char crc[9];
+    std::snprintf(crc, sizeof crc, "%08x", dl::crc32c(bytes.data() + 8 + n, 20));
+    CHECK(header.rfind(R"({"__metadata__":{"dl.data_crc32c":")" + std::string(crc) +
+                           R"("},"b":{"dtype":"I32","shape":[3],"data_offsets":[0,12]},"a":{"dtype":"F64","shape":[1],)"
+                           R"("data_offsets":[12,20]}})",
+                       0) == 0);
     std::int32_t second = 0;
     std::memcpy(&second, bytes.data() + 8 + n + 4, 4);
     CHECK(second == 2);
@@ -205,4 +209,45 @@ TEST_CASE("extents and offsets that overflow are errors, not wrapped sizes") {
     write_bytes(path, R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]}})", {});
     CHECK(message().find("is truncated: its tensors need 18446744073709551615 bytes of data, the file has 0") != std::string::npos);
     fs::remove(path);
+}
+
+TEST_CASE("a checkpoint carries a CRC32C of its data, and every flipped data byte is detected") {
+    const fs::path path = temp_file("crc.safetensors"), damaged = temp_file("crc_damaged.safetensors");
+    dl::Context ctx({.seed = 1, .threads = 1});
+    auto model = make_model(ctx);
+    dl::nn::save_checkpoint(path, model);
+    const auto bytes = file_bytes(path);
+    std::uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const std::size_t data = 8 + n;
+    {
+        const dl::nn::safetensors_file file(path);
+        REQUIRE(file.metadata().count("dl.data_crc32c") == 1);
+        CHECK(file.metadata().at("dl.data_crc32c").size() == 8);
+    }
+    REQUIRE(bytes.size() > data);
+    for (std::size_t at = data; at < bytes.size(); ++at)
+        for (const unsigned char flip : {0x01, 0x80}) {
+            auto copy = bytes;
+            copy[at] = static_cast<char>(copy[at] ^ flip);
+            {
+                std::ofstream out(damaged, std::ios::binary);
+                out.write(copy.data(), std::streamsize(copy.size()));
+            }
+            const std::string m = dl_test::error_message([&] { dl::nn::load_checkpoint(damaged, model); });
+            CAPTURE(at);
+            CHECK(m.find("damaged tensor data (CRC32C mismatch)") != std::string::npos);
+            CHECK(m.find(damaged.string()) != std::string::npos);
+        }
+    dl::nn::load_checkpoint(path, model);  // the intact file still loads
+
+    // Files without the checksum (other writers') load as before; a malformed one is an error.
+    const std::vector<char> eight(8, 0);
+    write_bytes(damaged, R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", eight);
+    CHECK(dl_test::error_message([&] { const dl::nn::safetensors_file f(damaged); }) == "<no dl::error>");
+    write_bytes(damaged, R"({"__metadata__":{"dl.data_crc32c":"xyz"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", eight);
+    CHECK(dl_test::error_message([&] { const dl::nn::safetensors_file f(damaged); }).find("8 hexadecimal digits") !=
+          std::string::npos);
+    fs::remove(path);
+    fs::remove(damaged);
 }

@@ -3,7 +3,9 @@
 // and constants as one safetensors file, and load(path, ctx) reads it back, so a C++ service runs a
 // model without its source. The tensors are named "%<value id>"; the graph itself is JSON in the
 // header's metadata under "dl.graph" (format "dl.graph", version 1), so safetensors tools still read
-// the weights.
+// the weights. The weights carry the CRC32C every dl safetensors file has (nn/checkpoint.hpp); the
+// graph text carries its own under "dl.graph.crc32c", so that a flipped attribute or extent is an
+// error rather than another model. load() checks both when present (files written before them load).
 //
 // A file holds op names and attributes, never code. load() rebuilds each node's kernel from the op's
 // own definition (DESIGN.md, principle 1): it calls the op's public function once on zero-filled
@@ -41,6 +43,7 @@
 #include "../autograd/reduce.hpp"
 #include "../autograd/softmax.hpp"
 #include "../autograd/views.hpp"
+#include "../core/crc32c.hpp"
 #include "../nn/checkpoint.hpp"
 #include "inference.hpp"
 #include "trace.hpp"
@@ -50,6 +53,7 @@ namespace dl::graph {
 namespace detail {
 
 inline constexpr int graph_format_version = 1;
+inline constexpr std::string_view graph_crc_key = "dl.graph.crc32c";
 
 /// f(std::type_identity<T>{}) for the element type T of dtype d.
 template <class F>
@@ -493,8 +497,10 @@ void save(const Graph& g, const std::filesystem::path& path) {
                           {"peak_bytes_before", g.memory.peak_bytes_before},
                           {"peak_bytes_after", g.memory.peak_bytes_after},
                           {"in_place_nodes", g.memory.in_place_nodes}}}};
+    const std::string text = graph.dump();
     writer.set_metadata("format", "dl.graph");
-    writer.set_metadata("dl.graph", graph.dump());
+    writer.set_metadata("dl.graph", text);
+    writer.set_metadata(std::string(detail::graph_crc_key), nn::detail::format_crc(crc32c(text.data(), text.size())));
     writer.write(path);
 }
 /// save(f.graph(), path).
@@ -515,8 +521,8 @@ struct load_options {
 /// are the floating types the graph may compute in (casts convert between any types): each costs the
 /// compile time of every op's definition in that type, so a service lists the ones it serves. A file
 /// that is not a dl graph, is malformed, names ops dl cannot rebuild or computes in a type not listed
-/// fails with a dl::error naming the file, the node and what is wrong; so does one whose rebuild would
-/// need more than options.max_rebuild_bytes.
+/// fails with a dl::error naming the file, the node and what is wrong; so does one that is damaged
+/// (a checksum does not match) or whose rebuild would need more than options.max_rebuild_bytes.
 template <class T = float, class... More>
 [[nodiscard]] function load(const std::filesystem::path& path, Context& ctx = default_context(), const load_options& options = {}) {
     static_assert(is_floating_element<T> && (is_floating_element<More> && ...),
@@ -528,6 +534,12 @@ template <class T = float, class... More>
     const auto text = file.metadata().find("dl.graph");
     if (format == file.metadata().end() || format->second != "dl.graph" || text == file.metadata().end())
         dl::detail::fail("dl::graph::load: ", where, " is not a dl graph (no \"dl.graph\" metadata; dl::graph::save writes one)");
+    if (const auto crc = file.metadata().find(std::string(detail::graph_crc_key)); crc != file.metadata().end()) {
+        const std::uint32_t actual = crc32c(text->second.data(), text->second.size());
+        if (nn::detail::parse_crc(crc->second) != actual)
+            detail::load_failure(where, "the graph is damaged (CRC32C mismatch): its \"dl.graph\" metadata sums to ",
+                                 nn::detail::format_crc(actual), ", its header says \"", crc->second, "\"");
+    }
     Graph g;
     try {
         const json graph = json::parse(text->second);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../autograd/node.hpp"
+#include "../core/crc32c.hpp"
 #include "layer.hpp"
 
 namespace dl::nn {
@@ -56,10 +57,32 @@ inline std::optional<DType> dtype_from_safetensors(std::string_view s) {
     return std::nullopt;
 }
 
+/// The metadata key of the data section's CRC32C, written by safetensors_writer and checked, when a
+/// file has it, by safetensors_file. Other readers ignore metadata they do not know.
+inline constexpr std::string_view data_crc_key = "dl.data_crc32c";
+
+/// A CRC as 8 lowercase hexadecimal digits, as metadata values are strings.
+[[nodiscard]] inline std::string format_crc(std::uint32_t crc) {
+    std::string text(8, '0');
+    for (int i = 7; i >= 0; --i, crc >>= 4) text[static_cast<std::size_t>(i)] = "0123456789abcdef"[crc & 0xF];
+    return text;
+}
+[[nodiscard]] inline std::optional<std::uint32_t> parse_crc(std::string_view text) {
+    if (text.size() != 8) return std::nullopt;
+    std::uint32_t crc = 0;
+    for (char c : text) {
+        const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (digit < 0) return std::nullopt;
+        crc = crc << 4 | static_cast<std::uint32_t>(digit);
+    }
+    return crc;
+}
+
 }  // namespace detail
 
 /// A safetensors file read into memory and validated: header size, JSON, dtypes, shapes, and offsets
-/// that tile the data section exactly (no gaps, overlaps or bytes past the end).
+/// that tile the data section exactly (no gaps, overlaps or bytes past the end), and the data
+/// section's CRC32C when the metadata holds one (dl writes it; files from other writers load without).
 class safetensors_file {
 public:
     explicit safetensors_file(const std::filesystem::path& path) : path_(path.string()) {
@@ -98,6 +121,15 @@ public:
         }
         const std::int64_t available = static_cast<std::int64_t>(bytes_.size()) - data_;  // parse_entry: at <= available
         if (at < available) fail_at(data_ + at, "has ", available - at, " bytes after the last tensor's data");
+        if (const auto it = metadata_.find(std::string(detail::data_crc_key)); it != metadata_.end()) {
+            const auto stored = detail::parse_crc(it->second);
+            if (!stored)
+                fail_at(8, "has a malformed ", detail::data_crc_key, " \"", it->second, "\" (8 hexadecimal digits expected)");
+            const std::uint32_t actual = crc32c(bytes_.data() + data_, static_cast<std::size_t>(available));
+            if (actual != *stored)
+                fail_at(data_, "has damaged tensor data (CRC32C mismatch): its ", available, "-byte data section sums to ",
+                        detail::format_crc(actual), ", its header says ", it->second);
+        }
     }
 
     [[nodiscard]] const std::map<std::string, stored_tensor>& tensors() const noexcept { return tensors_; }
@@ -179,7 +211,8 @@ private:
     std::map<std::string, std::string> metadata_;
 };
 
-/// Writes named tensors (any element types) as one safetensors file, header padded to 8 bytes.
+/// Writes named tensors (any element types) as one safetensors file, header padded to 8 bytes, with the
+/// CRC32C of the data section in the metadata.
 class safetensors_writer {
 public:
     template <class T>
@@ -195,8 +228,12 @@ public:
     /// Writes to `path` through a temporary file renamed at the end, so a crash never leaves a
     /// half-written checkpoint under the final name.
     void write(const std::filesystem::path& path) const {
+        std::uint32_t crc = 0;
+        for (const auto& e : entries_) crc = crc32c(e.bytes.data(), e.bytes.size(), crc);
+        auto metadata = metadata_;
+        metadata[std::string(detail::data_crc_key)] = detail::format_crc(crc);
         nlohmann::ordered_json header;
-        if (!metadata_.empty()) header["__metadata__"] = metadata_;
+        header["__metadata__"] = metadata;
         std::int64_t at = 0;
         for (const auto& e : entries_) {
             const auto size = static_cast<std::int64_t>(e.bytes.size());
