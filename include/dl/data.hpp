@@ -7,6 +7,6 @@
 #include "data/fashion_mnist.hpp"
 #include "data/idx.hpp"
 #include "data/loader.hpp"
-#include "data/records.hpp"
+#include "io/records.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/trainer.hpp"

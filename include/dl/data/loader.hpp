@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -15,10 +16,26 @@
 #include <utility>
 #include <vector>
 
-#include "../autograd/indexing.hpp"
 #include "../core/random.hpp"
+#include "../core/tensor.hpp"
 
 namespace dl::data {
+
+namespace detail {
+/// The rows `rows` (indices along dimension 0, in range: the loader makes them) of t, copied into a
+/// new tensor: a batch is a gather of whole examples, so one copy per example does it.
+template <class T>
+[[nodiscard]] Tensor<T> rows_of(const Tensor<T>& t, const Tensor<std::int64_t>& rows) {
+    const Tensor<T> source = t.contiguous();
+    Shape shape = source.shape();
+    shape[0] = rows.numel();
+    Tensor<T> out(shape, t.context());
+    const std::int64_t row = source.shape()[0] == 0 ? 0 : source.numel() / source.shape()[0];
+    for (std::int64_t i = 0; i < rows.numel(); ++i)
+        std::memcpy(out.data() + i * row, source.data() + rows.data()[i] * row, static_cast<std::size_t>(row) * sizeof(T));
+    return out;
+}
+}  // namespace detail
 
 /// (input, target) pairs held as two tensors whose dimension 0 is the example.
 template <class X, class Y>
@@ -96,7 +113,7 @@ public:
         const std::int64_t first = k * o_.batch_size, last = std::min(first + o_.batch_size, data_.size());
         Tensor<std::int64_t> rows({last - first}, *ctx_);
         std::copy(order.begin() + first, order.begin() + last, rows.data());
-        raw_batch b{index_select(data_.inputs, 0, rows), index_select(data_.targets, 0, rows), k,
+        raw_batch b{detail::rows_of(data_.inputs, rows), detail::rows_of(data_.targets, rows), k,
                     stream_ + 0x100000000ull * static_cast<std::uint64_t>(epoch + 1) + static_cast<std::uint64_t>(k)};
         return transform_(std::move(b));
     }

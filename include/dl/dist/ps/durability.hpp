@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../../data/records.hpp"
+#include "../../io/records.hpp"
 #include "protocol.hpp"
 #include "table.hpp"
 

@@ -7,6 +7,9 @@
 // Sparse ID features (the inputs of recommendation models) are stored as CSR blocks: a record holds
 // the rows of one batch as offsets [rows + 1], ids [nnz] and optional weights [nnz], laid out so that
 // reading them is a view into the reader's buffer, with no per-record copy.
+//
+// A file format, so it sits in io/ (the parameter server's write-ahead log uses it too); its names
+// stay dl::data's, where users have always found them through <dl/data.hpp>.
 #include <algorithm>
 #include <bit>
 #include <cstddef>
