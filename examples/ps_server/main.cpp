@@ -1,6 +1,10 @@
 // A parameter-server process: serves dl::ps tables over TCP until SIGINT or SIGTERM.
-// Run: build/examples/ps_server [--port N] [--address A] [--threads N] [--data DIR]
-//      [--group-commit-ms N] [--no-wal] [--checkpoint-seconds N]
+// Run: build/examples/ps_server (--secret-file FILE | --no-auth) [--port N] [--address A] [--threads N]
+//      [--data DIR] [--group-commit-ms N] [--no-wal] [--checkpoint-seconds N]
+//
+// Clients must hold the secret in FILE (its first line; client_options::secret) before the server
+// reads a request from them; --no-auth serves anyone who can reach the port. The address is
+// 127.0.0.1 unless --address says otherwise.
 //
 // With --data the server is durable: it restores what DIR holds at start, acknowledges a push only
 // after the write-ahead log holding it is synced (pushes arriving together share a sync;
@@ -13,6 +17,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -40,9 +45,17 @@ settings parse(int argc, char** argv) {
         else if (flag == "--group-commit-ms") s.service.group_commit = std::chrono::milliseconds(std::stol(value()));
         else if (flag == "--no-wal") s.service.write_ahead_log = false;
         else if (flag == "--checkpoint-seconds") s.checkpoint_seconds = std::stoi(value());
+        else if (flag == "--secret-file") {
+            const std::string path = value();
+            std::ifstream in(path);
+            if (!in || !std::getline(in, s.server.secret) || s.server.secret.empty())
+                throw std::runtime_error("cannot read a secret from the first line of " + path);
+        } else if (flag == "--no-auth") s.server.authenticate = false;
         else throw std::runtime_error("unknown flag " + std::string(flag) + " (see the top of examples/ps_server/main.cpp)");
     }
     if (s.service.threads == 0) throw std::runtime_error("--threads must be at least 1");
+    if (s.server.authenticate && s.server.secret.empty())
+        throw std::runtime_error("give --secret-file FILE (clients prove they hold it), or --no-auth to serve anyone who can reach the port");
     return s;
 }
 

@@ -4,12 +4,13 @@ source scripts/lib/install-deps.sh
 
 # shellcheck disable=SC2034 # used by the scripts that source this file
 # libboost-dev: Asio, for the parameter server (dl::ps).
+# libssl-dev: OpenSSL's libcrypto, the HMAC-SHA256 of the parameter server's handshake (dl::ps only).
 # libopenmpi-dev, openmpi-bin: the MPI communicator (dl::mpi) and mpiexec for its test.
 # libopenblas-dev: the DL_USE_BLAS backend's tests (test_device_blas) and the benchmarks' baseline.
 # ninja-build: schedules the whole build at once (make builds the targets named on one command line
 # one after another, each alone on its few files).
 DL_BASE_PACKAGES=(cmake g++ make ninja-build libxsimd-dev doctest-dev libbenchmark-dev nlohmann-json3-dev
-  ccache libeigen3-dev zlib1g-dev dataset-fashion-mnist libopenblas-dev libboost-dev libopenmpi-dev openmpi-bin)
+  ccache libeigen3-dev zlib1g-dev dataset-fashion-mnist libopenblas-dev libboost-dev libssl-dev libopenmpi-dev openmpi-bin)
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 

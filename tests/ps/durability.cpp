@@ -277,13 +277,13 @@ TEST_CASE("kill -9 of a server process loses no acknowledged push") {
             ::dup2(fds[1], STDOUT_FILENO);  // it prints "listening on ADDRESS:PORT ..."
             ::close(fds[1]);
             const std::string data = dir.path.string();
-            ::execl(DL_PS_SERVER_BINARY, "ps_server", "--port", "0", "--threads", "2", "--data", data.c_str(), "--checkpoint-seconds", "0",
+            ::execl(DL_PS_SERVER_BINARY, "ps_server", "--port", "0", "--threads", "2", "--data", data.c_str(), "--checkpoint-seconds", "0", "--no-auth",
                     static_cast<char*>(nullptr));
             ::_exit(127);
 #else
             try {
                 service svc(durable(dir.path));
-                server srv(svc);
+                server srv(svc, server_options{.authenticate = false});
                 const std::string line = "listening on 127.0.0.1:" + std::to_string(srv.port()) + "\n";
                 if (::write(fds[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(2);
                 for (;;) ::pause();
@@ -415,7 +415,7 @@ TEST_CASE("a push whose reply is lost, retried by the client after the durable s
     c.init = {initializer_kind::zeros, 0.0f};
     c.optimizer.lr = 1.0f;
     auto svc = std::make_unique<service>(durable(dir.path));
-    auto srv = std::make_unique<server>(*svc);
+    auto srv = std::make_unique<server>(*svc, server_options{.authenticate = false});
     client(*svc).create_table(c).get();
     std::uint16_t port = srv->port();
     // The push is applied and logged, its reply lost; the service restarts from its data dir before
@@ -424,7 +424,7 @@ TEST_CASE("a push whose reply is lost, retried by the client after the durable s
         srv.reset();
         svc.reset();
         svc = std::make_unique<service>(durable(dir.path));
-        srv = std::make_unique<server>(*svc);
+        srv = std::make_unique<server>(*svc, server_options{.authenticate = false});
         port = srv->port();
     });
     const std::vector<std::uint64_t> ids{5, 6, 7};

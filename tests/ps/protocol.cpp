@@ -53,7 +53,7 @@ TEST_CASE("a header is accepted only with the right magic, version, reserved fie
     h.payload_bytes = 0xFFFFFFFFu;
     CHECK(parse(h).verdict == header_verdict::close);
     // An unknown op in a sane header: rejected with a reply, the connection lives on.
-    for (std::uint16_t code : {0, 8, 0xFFFF}) {
+    for (std::uint16_t code : {0, 9, 0xFFFF}) {
         h = ok;
         h.op = code;
         CHECK(parse(h).verdict == header_verdict::reject);

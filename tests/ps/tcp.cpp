@@ -6,6 +6,7 @@
 #include "ps_test.hpp"
 
 #include <fstream>
+#include <iomanip>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -27,6 +28,9 @@ table_config config(std::uint32_t id, std::uint32_t dim) {
 
 std::string address(const server& s) { return "127.0.0.1:" + std::to_string(s.port()); }
 
+/// The servers of these tests serve anyone on loopback; the handshake has a test of its own.
+const server_options no_auth{.authenticate = false};
+
 
 /// A raw connection for sending hand-made bytes and reading the reply frames.
 struct raw_connection {
@@ -37,7 +41,13 @@ struct raw_connection {
         // Reads give up after 10 s instead of hanging the test when a reply never comes.
         struct timeval tv{10, 0};
         setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        // The server's hello comes first: a nonce when it has a secret, else nothing.
+        frame_header h;
+        boost::system::error_code ec;
+        boost::asio::read(socket, boost::asio::buffer(&h, sizeof h), ec);
+        if (!ec && h.op == static_cast<std::uint16_t>(op::hello) && h.payload_bytes == nonce.size()) boost::asio::read(socket, boost::asio::buffer(nonce), ec);
     }
+    hello_nonce nonce{};
     void send(std::span<const std::byte> bytes) { boost::asio::write(socket, boost::asio::buffer(bytes.data(), bytes.size())); }
     /// The next reply frame, or nullopt when the server closed the connection.
     std::optional<std::pair<frame_header, std::string>> reply() {
@@ -72,7 +82,7 @@ frame_bytes pull_frame(std::uint32_t table_id, std::uint64_t request, std::span<
 
 TEST_CASE("tcp: two servers hold disjoint parts of a table; results equal the in-process service") {
     service a({.threads = 2}), b({.threads = 1}), local({.threads = 2});
-    server sa(a), sb(b);
+    server sa(a, no_auth), sb(b, no_auth);
     client remote(client_options{{address(sa), address(sb)}});
     client embedded(local);
     const table_config cfg = config(2, 16);
@@ -114,7 +124,7 @@ TEST_CASE("tcp: two servers hold disjoint parts of a table; results equal the in
 
 TEST_CASE("tcp: malformed frames get an error reply or a closed connection, and the table is untouched") {
     service svc({.threads = 2});
-    server srv(svc);
+    server srv(svc, no_auth);
     client c(client_options{{address(srv)}});
     c.create_table(config(1, 4)).get();
     const std::vector<std::uint64_t> ids{1, 2, 3};
@@ -239,7 +249,7 @@ TEST_CASE("tcp: a refused, silent or vanished server fails the call by its deadl
     {
         // The server goes away between calls: the next call fails, and one after a restart works.
         auto svc = std::make_unique<service>(service_options{.threads = 1});
-        auto srv = std::make_unique<server>(*svc);
+        auto srv = std::make_unique<server>(*svc, no_auth);
         const std::uint16_t port = srv->port();
         client c(client_options{{"127.0.0.1:" + std::to_string(port)}, 2000ms});
         c.create_table(config(1, 4)).get();
@@ -248,7 +258,7 @@ TEST_CASE("tcp: a refused, silent or vanished server fails the call by its deadl
         svc.reset();
         CHECK(!error_of(c.pull(1, ids, out)).empty());
         svc = std::make_unique<service>(service_options{.threads = 1});
-        server again(*svc, server_options{.port = port});
+        server again(*svc, server_options{.port = port, .authenticate = false});
         c.create_table(config(1, 4)).get();
         c.pull(1, ids, out).get();
     }
@@ -256,7 +266,7 @@ TEST_CASE("tcp: a refused, silent or vanished server fails the call by its deadl
 
 TEST_CASE("tcp: connections beyond max_connections are closed at once; a freed place is reused") {
     service svc({.threads = 1});
-    server srv(svc, server_options{.max_connections = 1});
+    server srv(svc, server_options{.max_connections = 1, .authenticate = false});
     const std::vector<std::uint64_t> ids{1};
     {
         raw_connection first(srv.port());
@@ -282,7 +292,7 @@ TEST_CASE("tcp: connections beyond max_connections are closed at once; a freed p
 
 TEST_CASE("tcp: a success reply carries status ok, whatever the request's status field held") {
     service svc({.threads = 1});
-    server srv(svc);
+    server srv(svc, no_auth);
     client c(client_options{{address(srv)}});
     c.create_table(config(1, 4)).get();
     raw_connection raw(srv.port());
@@ -302,7 +312,7 @@ TEST_CASE("tcp: a success reply carries status ok, whatever the request's status
 TEST_CASE("tcp: connections that send nothing do not lock out a client that speaks") {
     using namespace std::chrono_literals;
     service svc({.threads = 2});
-    server srv(svc, server_options{.max_connections = 8});
+    server srv(svc, server_options{.max_connections = 8, .authenticate = false});
     std::vector<std::unique_ptr<raw_connection>> idle;
     for (int i = 0; i < 8; ++i) idle.push_back(std::make_unique<raw_connection>(srv.port()));
     // All accepted, the limit full, and each idle longer than the second a new client is given to speak.
@@ -317,7 +327,7 @@ TEST_CASE("tcp: connections that send nothing do not lock out a client that spea
 TEST_CASE("tcp: a connection that sends nothing, or stops inside a frame, is closed after idle_timeout") {
     using namespace std::chrono_literals;
     service svc({.threads = 1});
-    server srv(svc, server_options{.idle_timeout = 300ms});
+    server srv(svc, server_options{.idle_timeout = 300ms, .authenticate = false});
     const auto start = std::chrono::steady_clock::now();
     raw_connection silent(srv.port()), halfway(srv.port()), talking(srv.port());
     const std::vector<std::uint64_t> ids{1};
@@ -359,7 +369,7 @@ TEST_CASE("tcp: a client that never reads its replies holds bounded server memor
     std::vector<float> out(ids.size() * 4096);
     {
         service svc({.threads = 2});
-        server srv(svc);
+        server srv(svc, no_auth);
         client good(client_options{{address(srv)}});
         good.create_table(config(1, 4096)).get();  // a pull of 64 ids is answered with 1 MiB
         const std::size_t before = resident_bytes();
@@ -378,7 +388,7 @@ TEST_CASE("tcp: a client that never reads its replies holds bounded server memor
     // nothing is held any more.
     service svc({.threads = 2});
     const std::size_t per_connection = std::size_t{2} << 20, total = std::size_t{3} << 20;
-    server srv(svc, server_options{.max_connection_bytes = per_connection, .max_total_bytes = total, .idle_timeout = 1000ms});
+    server srv(svc, server_options{.max_connection_bytes = per_connection, .max_total_bytes = total, .idle_timeout = 1000ms, .authenticate = false});
     client good(client_options{{address(srv)}, 8000ms});
     good.create_table(config(1, 4096)).get();
     std::vector<std::unique_ptr<raw_connection>> greedy;
@@ -404,7 +414,7 @@ TEST_CASE("tcp: a client that never reads its replies holds bounded server memor
 TEST_CASE("tcp: a push whose reply is lost is retried by the client and applied once") {
     using namespace std::chrono_literals;
     service svc({.threads = 2});
-    server srv(svc);
+    server srv(svc, no_auth);
     client direct(client_options{{address(srv)}});
     table_config c = config(1, 4);
     c.init = {initializer_kind::zeros, 0.0f};
@@ -419,4 +429,81 @@ TEST_CASE("tcp: a push whose reply is lost is retried by the client and applied 
     std::vector<float> rows(12);
     direct.pull(1, ids, rows).get();
     CHECK(rows == std::vector<float>(12, -1.0f));  // applied once: -2 if the retry had been applied too
+}
+
+TEST_CASE("tcp: with a secret, only a client that answers the server's nonce with its HMAC is served") {
+    using namespace std::chrono_literals;
+    // OpenSSL's HMAC-SHA256 against RFC 4231, test cases 1 and 2.
+    auto hex = [](std::span<const std::byte> b) {
+        std::string s;
+        for (std::byte x : b) s += dl::detail::concat(std::hex, std::setw(2), std::setfill('0'), static_cast<int>(x));
+        return s;
+    };
+    const std::string hi = "Hi There", jefe = "what do ya want for nothing?";
+    CHECK(hex(hmac_sha256(std::string(20, '\x0b'), std::as_bytes(std::span(hi)))) == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    CHECK(hex(hmac_sha256("Jefe", std::as_bytes(std::span(jefe)))) == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+
+    // No secret and no explicit opt-out: the server does not start.
+    service svc({.threads = 1});
+    CHECK_THROWS_WITH_AS(server{svc}, doctest::Contains("no secret"), dl::error);
+    server srv(svc, server_options{.secret = "correct horse"});
+    auto with_secret = [&](std::string secret) {
+        client_options o;
+        o.servers = {address(srv)};
+        o.timeout = 3000ms;
+        o.secret = std::move(secret);
+        return o;
+    };
+    client good(with_secret("correct horse"));
+    good.create_table(config(1, 4)).get();
+    std::vector<float> out(4);
+    good.pull(1, std::vector<std::uint64_t>{1}, out).get();
+    client wrong(with_secret("battery staple")), none(with_secret(""));
+    CHECK(error_of(wrong.create_table(config(2, 4))).find("refused this client's secret (dl::ps: authentication failed") != std::string::npos);
+    CHECK(error_of(none.create_table(config(2, 4))).find("asks for a secret") != std::string::npos);
+
+    // A peer that skips the handshake, or answers wrongly, is closed before a request is read.
+    {
+        raw_connection raw(srv.port());
+        CHECK(raw.nonce != hello_nonce{});
+        frame_bytes payload;
+        byte_writer w(payload);
+        encode(w, config(3, 4));
+        raw.send(frame(op::create_table, 3, 1, payload));
+        const auto r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.status == static_cast<std::uint32_t>(status::unauthorized));
+        CHECK_FALSE(raw.reply());
+    }
+    {
+        raw_connection raw(srv.port());
+        hello_mac guess = answer_hello("correct horse", raw.nonce);
+        guess[31] ^= std::byte{1};
+        raw.send(frame(op::hello, 0, 0, guess));
+        const auto r = raw.reply();
+        REQUIRE(r);
+        CHECK(r->first.status == static_cast<std::uint32_t>(status::unauthorized));
+        CHECK_FALSE(raw.reply());
+    }
+    {
+        // The right answer to another connection's nonce does not open this one.
+        raw_connection first(srv.port()), second(srv.port());
+        CHECK(first.nonce != second.nonce);
+        second.send(frame(op::hello, 0, 0, answer_hello("correct horse", first.nonce)));
+        const auto r = second.reply();
+        REQUIRE(r);
+        CHECK(r->first.status == static_cast<std::uint32_t>(status::unauthorized));
+        first.send(frame(op::hello, 0, 0, answer_hello("correct horse", first.nonce)));
+        const auto welcome = first.reply();
+        REQUIRE(welcome);
+        CHECK(welcome->first.status == 0);
+        first.send(pull_frame(1, 7, std::vector<std::uint64_t>{1}));
+        const auto pulled = first.reply();
+        REQUIRE(pulled);
+        CHECK(pulled->first.request_id == 7);
+        CHECK(pulled->first.status == 0);
+    }
+    // Neither the raw peer's table 3 nor the refused clients' table 2 exists.
+    CHECK(error_of(good.grow_dim(3, 8)).find("unknown table 3") != std::string::npos);
+    CHECK(error_of(good.grow_dim(2, 8)).find("unknown table 2") != std::string::npos);
 }

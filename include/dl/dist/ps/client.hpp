@@ -33,6 +33,8 @@ struct client_options {
     /// restart of a durable server. A retried checkpoint may take one more checkpoint.
     unsigned attempts = 3;
     std::chrono::milliseconds retry_backoff{50};
+    /// The servers' shared secret (server_options::secret); empty for servers that ask for none.
+    std::string secret{};
 };
 
 namespace detail {
@@ -164,11 +166,47 @@ private:
                 if (gen != self->generation_) return;
                 if (ec) return self->drop("cannot connect: " + ec.message());
                 self->socket_.set_option(asio::ip::tcp::no_delay(true));
-                self->state_ = link_state::connected;
-                self->read_next_header();
-                if (!self->writes_.empty()) self->write_next();
+                asio::co_spawn(self->io_, self->greet(), [self, gen](std::exception_ptr lost, std::string refused) {
+                    if (gen != self->generation_) return;
+                    // A refusal is the server's answer: retrying it would only be refused again.
+                    if (!refused.empty()) return self->drop(refused, status::unauthorized);
+                    if (lost) return self->drop("connection lost during the handshake");
+                    self->state_ = link_state::connected;
+                    self->read_next_header();
+                    if (!self->writes_.empty()) self->write_next();
+                });
             });
         });
+    }
+
+    /// Reads the server's hello and, when it holds a nonce, answers it (auth.hpp). What went wrong, or "".
+    asio::awaitable<std::string> greet() {
+        auto self = shared_from_this();  // the coroutine keeps the link alive
+        std::array<std::byte, header_bytes> raw;
+        co_await asio::async_read(socket_, asio::buffer(raw), asio::use_awaitable);
+        const parsed_header p = parse_header(raw, hello_nonce_bytes);
+        if (p.verdict != header_verdict::ok || p.header.op != static_cast<std::uint16_t>(op::hello) ||
+            (p.header.payload_bytes != 0 && p.header.payload_bytes != hello_nonce_bytes))
+            co_return "did not start with a dl::ps hello (" + (p.reason.empty() ? "op " + std::to_string(p.header.op) : p.reason) + ")";
+        if (p.header.payload_bytes == 0) co_return "";  // it serves without a secret
+        hello_nonce nonce{};
+        co_await asio::async_read(socket_, asio::buffer(nonce), asio::use_awaitable);
+        if (options_.secret.empty()) co_return "asks for a secret, and this client has none (client_options::secret)";
+        const hello_mac answer = answer_hello(options_.secret, nonce);
+        frame_bytes frame(header_bytes);
+        frame_header h;
+        h.op = static_cast<std::uint16_t>(op::hello);
+        h.payload_bytes = static_cast<std::uint32_t>(answer.size());
+        std::memcpy(frame.data(), &h, header_bytes);
+        frame.insert(frame.end(), answer.begin(), answer.end());
+        co_await asio::async_write(socket_, asio::buffer(frame), asio::use_awaitable);
+        co_await asio::async_read(socket_, asio::buffer(raw), asio::use_awaitable);
+        const parsed_header reply = parse_header(raw, 4096 + 256);
+        if (reply.verdict != header_verdict::ok) co_return "sent a malformed reply to the handshake (" + reply.reason + ")";
+        std::string message(reply.header.payload_bytes, '\0');
+        co_await asio::async_read(socket_, asio::buffer(message), asio::use_awaitable);
+        if (reply.header.status != 0) co_return "refused this client's secret (" + message + ")";
+        co_return "";
     }
 
     void write_next() {
@@ -227,13 +265,16 @@ private:
         if (it == pending_.end()) return;
         // The caller's buffer is being written: only closing the connection stops that safely.
         if (it->second.receiving) return drop(why + " (stalled in the middle of a reply)");
+        // A server stalled in the handshake: the next call connects afresh.
+        if (state_ == link_state::connecting) return drop(why + " (still connecting)");
         pending_reply p = std::move(it->second);
         pending_.erase(it);
         p.reply({status::unavailable, "dl::ps: server " + endpoint_ + " " + why + " (" + p.what + ")"}, {});
     }
 
-    /// The connection failed: every waiting request fails now; the next send reconnects.
-    void drop(const std::string& why) {
+    /// The connection failed: every waiting request fails now (with `code`: unavailable ones are
+    /// retried); the next send reconnects.
+    void drop(const std::string& why, status code = status::unavailable) {
         ++generation_;
         boost::system::error_code ignored;
         socket_.close(ignored);
@@ -243,7 +284,7 @@ private:
         pending_.clear();
         for (auto& [id, p] : waiting) {
             p.timer->cancel();
-            p.reply({status::unavailable, "dl::ps: server " + endpoint_ + ": " + why + " (" + p.what + ")"}, {});
+            p.reply({code, "dl::ps: server " + endpoint_ + ": " + why + " (" + p.what + ")"}, {});
         }
     }
 

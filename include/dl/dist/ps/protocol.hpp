@@ -10,7 +10,8 @@
 // payload), a closed connection. No check allocates more than max_payload bytes.
 //
 // Version 2 carries Adam's beta1 and beta2 as f64 in a table config; a version 1 frame (f32) is
-// still read, and its reply carries version 1.
+// still read, and its reply carries version 1. Every connection starts with the server's hello
+// (op::hello): a client of version 1, which does not expect it, cannot talk to this server.
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -43,6 +44,10 @@ enum class op : std::uint16_t {
     grow_dim = 5,      ///< payload: new dim u32
     checkpoint = 6,    ///< payload: kind u32 (0 full, 1 incremental); reply: checkpoint sequence u64
     export_table = 7,  ///< payload: path bytes (server side, inside its data dir); reply: rows u64
+    /// The server's first frame: payload a nonce when it has a secret (auth.hpp), else empty. The
+    /// client answers a nonce with hello, payload HMAC-SHA256; the server replies hello, status ok or
+    /// unauthorized (then closes). Nothing else is read from a client before that.
+    hello = 8,
 };
 
 enum class status : std::uint32_t {
@@ -56,6 +61,7 @@ enum class status : std::uint32_t {
     too_large = 7,
     failed = 8,         ///< the server could not carry out a valid request (disk full, ...)
     unavailable = 9,    ///< the server is shutting down
+    unauthorized = 10,  ///< the handshake failed: no or a wrong answer to the server's nonce
 };
 
 [[nodiscard]] constexpr std::string_view to_string(status s) noexcept {
@@ -70,11 +76,12 @@ enum class status : std::uint32_t {
     case status::too_large: return "request too large";
     case status::failed: return "server failure";
     case status::unavailable: return "server unavailable";
+    case status::unauthorized: return "unauthorized";
     }
     return "unknown status";
 }
 
-[[nodiscard]] constexpr bool known_op(std::uint16_t o) noexcept { return o >= 1 && o <= 7; }
+[[nodiscard]] constexpr bool known_op(std::uint16_t o) noexcept { return o >= 1 && o <= 8; }
 
 struct frame_header {
     std::uint32_t magic = frame_magic;

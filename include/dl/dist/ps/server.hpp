@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "auth.hpp"
 #include "service.hpp"
 
 namespace dl::ps {
@@ -46,6 +47,12 @@ struct server_options {
     /// A connection with no request in the service that has neither sent nor taken a byte for this
     /// long is closed: peers that only hold a connection open do not keep places for ever. 0: never.
     std::chrono::milliseconds idle_timeout{30000};
+    /// The shared secret a client must prove it holds (auth.hpp) before anything it sends is read:
+    /// without it, anyone who reaches the port may create tables, checkpoint and export.
+    std::string secret{};
+    /// Without a secret the server refuses to start unless this is set to false: serving anyone who
+    /// can reach the port is something to ask for (keep the address on loopback then).
+    bool authenticate = true;
 };
 
 namespace detail {
@@ -121,6 +128,7 @@ private:
 
     asio::awaitable<void> read_loop() {
         try {
+            if (!co_await greet()) co_return;
             for (;;) {
                 std::array<std::byte, header_bytes> raw;
                 co_await asio::async_read(socket_, asio::buffer(raw), progress(), asio::use_awaitable);
@@ -162,6 +170,48 @@ private:
         } catch (const boost::system::system_error&) {
             close();  // peer gone or reset: its in-flight replies are dropped when they finish
         }
+    }
+
+    /// The first frames of a connection: the server's hello, with a fresh nonce when it has a secret;
+    /// then the client's answer, checked before anything else is read, and ours. Whether to go on.
+    asio::awaitable<bool> greet() {
+        const bool check = !options_.secret.empty();
+        const hello_nonce nonce = check ? random_nonce() : hello_nonce{};
+        frame_header h;
+        h.op = static_cast<std::uint16_t>(op::hello);
+        h.payload_bytes = check ? static_cast<std::uint32_t>(nonce.size()) : 0;
+        frame_bytes hello(header_bytes);
+        std::memcpy(hello.data(), &h, header_bytes);
+        if (check) hello.insert(hello.end(), nonce.begin(), nonce.end());
+        co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
+        touch();
+        if (!check) co_return true;
+        std::array<std::byte, header_bytes> raw;
+        co_await asio::async_read(socket_, asio::buffer(raw), progress(), asio::use_awaitable);
+        touch();
+        // Nothing larger than an answer is read from a peer not yet known.
+        const parsed_header p = parse_header(raw, hello_mac_bytes);
+        bool ok = p.verdict == header_verdict::ok && p.header.op == static_cast<std::uint16_t>(op::hello) && p.header.payload_bytes == hello_mac_bytes;
+        if (ok) {
+            hello_mac answer{};
+            co_await asio::async_read(socket_, asio::buffer(answer), progress(), asio::use_awaitable);
+            touch();
+            ok = hello_answer_matches(options_.secret, nonce, answer);
+        }
+        if (!ok) {
+            closing_ = true;  // the write queue closes the socket once this reply is out
+            queue(error_frame(p.header, status::unauthorized,
+                              "dl::ps: authentication failed: a client must first answer the server's hello with HMAC-SHA256 of its nonce under "
+                              "the shared secret (client_options::secret); closing the connection"),
+                  false);
+            co_return false;
+        }
+        frame_header welcome = p.header;
+        welcome.payload_bytes = 0;
+        std::memcpy(hello.data(), &welcome, header_bytes);
+        hello.resize(header_bytes);
+        co_await asio::async_write(socket_, asio::buffer(hello), asio::use_awaitable);
+        co_return true;
     }
 
     void dispatch(const std::shared_ptr<exchange>& ex) {
@@ -227,6 +277,7 @@ private:
                     asio::post(self->socket_.get_executor(), [self, ex, o = std::move(o)]() mutable { self->finish(ex, std::move(o)); });
                 });
             }
+            case op::hello: throw decode_error{status::malformed, "hello after the handshake"};
             case op::export_table: {
                 // A plain file name: the file goes to <data dir>/exports, nowhere else.
                 const std::string name(reinterpret_cast<const char*>(ex->request.data()), ex->request.size());
@@ -364,6 +415,10 @@ private:
 class server {
 public:
     server(service& svc, server_options options = {}) : state_(std::make_shared<accept_state>(svc, std::move(options))) {
+        if (state_->options.authenticate && state_->options.secret.empty())
+            dl::detail::fail("dl::ps::server: no secret to authenticate clients with: set server_options::secret (clients then need the same "
+                             "client_options::secret), or authenticate = false to serve anyone who can reach ",
+                             state_->options.address, ":", state_->options.port);
         auto& acceptor = state_->acceptor;
         const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(state_->options.address), state_->options.port);
         acceptor.open(endpoint.protocol());
