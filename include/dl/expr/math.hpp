@@ -28,20 +28,24 @@ namespace detail {
 /// or `fallback` where the type has no batch.
 template <class V, class F, class G>
 DL_INLINE V batch_math(const V& x, F f, G fallback) noexcept {
+#ifndef DL_NO_SIMD
     if constexpr (simd::is_batch<V>)
         return f(x);
     else if constexpr (simd::has_batch<V>)
         return f(simd::batch<V>(x)).get(0);
     else
+#endif
         return fallback(x);
 }
 template <class V, class F, class G>
 DL_INLINE V batch_math(const V& x, const V& y, F f, G fallback) noexcept {
+#ifndef DL_NO_SIMD
     if constexpr (simd::is_batch<V>)
         return f(x, y);
     else if constexpr (simd::has_batch<V>)
         return f(simd::batch<V>(x), simd::batch<V>(y)).get(0);
     else
+#endif
         return fallback(x, y);
 }
 }  // namespace detail
