@@ -17,12 +17,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <string>
 #include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
 
 constexpr std::uint32_t table_id = 1, dim = 64;
+// The TCP benchmarks authenticate as a deployment would (one handshake per connection).
+const std::string bench_secret = "bench_ps shared secret";
 constexpr std::uint64_t stored_rows = 1'000'000;
 
 dl::ps::table_config adagrad_table(std::uint32_t d) {
@@ -78,7 +81,7 @@ struct id_batches {
 };
 
 dl::ps::client& tcp_client() {
-    static dl::ps::client c(dl::ps::client_options{{"127.0.0.1:" + std::to_string(server_port)}, std::chrono::milliseconds(10000)});
+    static dl::ps::client c(dl::ps::client_options{.servers = {"127.0.0.1:" + std::to_string(server_port)}, .timeout = std::chrono::milliseconds(10000), .secret = bench_secret});
     return c;
 }
 
@@ -100,7 +103,7 @@ void ps_push_adagrad(benchmark::State& state) {
 
 void ps_push_adagrad_wal(benchmark::State& state) {
     const auto n = static_cast<std::size_t>(state.range(0));
-    static dl::ps::client c(dl::ps::client_options{{"127.0.0.1:" + std::to_string(durable_port)}, std::chrono::milliseconds(10000)});
+    static dl::ps::client c(dl::ps::client_options{.servers = {"127.0.0.1:" + std::to_string(durable_port)}, .timeout = std::chrono::milliseconds(10000), .secret = bench_secret});
     std::vector<std::vector<std::uint64_t>> batches(64, std::vector<std::uint64_t>(n));
     std::mt19937_64 rng(9);
     for (auto& b : batches)
@@ -153,7 +156,7 @@ BENCHMARK(ps_bytes_per_row)->Arg(16)->Arg(64)->Iterations(1)->UseRealTime()->Uni
     dl::ps::service_options options{.threads = 2};
     options.data_dir = data_dir;
     dl::ps::service svc(options);
-    dl::ps::server srv(svc);
+    dl::ps::server srv(svc, {.secret = bench_secret});
     const std::uint16_t port = srv.port();
     if (write(port_pipe, &port, sizeof port) != sizeof port) _exit(1);
     close(port_pipe);
@@ -192,7 +195,7 @@ int main(int argc, char** argv) {
         auto& c = tcp_client();
         c.create_table(adagrad_table(dim)).get();
         fill(c, stored_rows, dim);
-        dl::ps::client d(dl::ps::client_options{{"127.0.0.1:" + std::to_string(durable_port)}, std::chrono::milliseconds(10000)});
+        dl::ps::client d(dl::ps::client_options{.servers = {"127.0.0.1:" + std::to_string(durable_port)}, .timeout = std::chrono::milliseconds(10000), .secret = bench_secret});
         d.create_table(adagrad_table(dim)).get();
         fill(d, durable_rows, dim);
     }
