@@ -139,6 +139,29 @@ TEST_CASE("the bytes follow the safetensors spec both ways") {
     fs::remove(path);
 }
 
+TEST_CASE("strided views, empty tensors and scalars are written and read in row-major order") {
+    const fs::path path = temp_file("views.safetensors");
+    Tensor<float> a = dl::arange<float>(0, 24).reshape({2, 3, 4});
+    const Tensor<float> view = a.permute({2, 0, 1}).slice(0, 1, 4, 2);  // [2, 2, 3], no stride of 1 last
+    REQUIRE(!view.is_contiguous());
+    dl::nn::safetensors_writer w;
+    w.add("view", view);
+    w.add("empty", Tensor<float>({0, 3}));
+    w.add("scalar", dl::scalar_tensor<std::int64_t>(-5));
+    w.write(path);
+    const dl::nn::safetensors_file file(path);
+    CHECK(dl_test::to_vector(file.get<float>("view")) == dl_test::to_vector(view.contiguous()));
+    CHECK(file.get<float>("empty").shape() == dl::Shape{0, 3});
+    CHECK(file.get<std::int64_t>("scalar").item() == -5);
+
+    // Read into a strided view: the elements land where the view maps them, the rest stay.
+    Tensor<float> target = dl::full<float>({3, 2, 2}, 100.0f);
+    Tensor<float> into = target.permute({1, 2, 0});  // [2, 2, 3]
+    file.read_into("view", into);
+    CHECK(dl_test::to_vector(into.contiguous()) == dl_test::to_vector(view.contiguous()));
+    fs::remove(path);
+}
+
 TEST_CASE("damaged checkpoint files give clear errors") {
     const fs::path path = temp_file("bad.safetensors");
     auto message = [&] { return dl_test::error_message([&] { const dl::nn::safetensors_file f(path); }); };

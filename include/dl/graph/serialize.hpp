@@ -44,7 +44,7 @@
 #include "../autograd/softmax.hpp"
 #include "../autograd/views.hpp"
 #include "../core/crc32c.hpp"
-#include "../nn/checkpoint.hpp"
+#include "../io/safetensors.hpp"
 #include "inference.hpp"
 #include "trace.hpp"
 
