@@ -25,7 +25,8 @@
 #include <vector>
 
 #include "../autograd/linalg.hpp"
-#include "../nn/loss.hpp"
+#include "../autograd/reduce.hpp"
+#include "../autograd/class_loss.hpp"
 #include "inference.hpp"
 #include "trace.hpp"
 #include "tracer.hpp"
