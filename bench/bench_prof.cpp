@@ -9,7 +9,7 @@ namespace {
 void op_scope_detached(benchmark::State& state) {
     dl::Context ctx({.threads = 1});
     for (auto _ : state) {
-        const dl::prof::op_scope scope(ctx, "nothing");
+        const dl::op_scope scope(ctx, "nothing");
         benchmark::ClobberMemory();
     }
 }

@@ -77,9 +77,9 @@ TEST_CASE("nested scopes charge self time; the parameter table counts every para
     dl::prof::profiler p;
     ctx.set_profiler(&p);
     {
-        dl::prof::op_scope outer(ctx, "outer");
+        dl::op_scope outer(ctx, "outer");
         {
-            dl::prof::op_scope inner(ctx, "inner", 100, 10);
+            dl::op_scope inner(ctx, "inner", 100, 10);
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
     }

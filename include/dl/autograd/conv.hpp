@@ -355,7 +355,7 @@ template <class T>
     {
         // Its products are recorded as "matmul" or "conv2d_winograd" (with their FLOPs); what remains
         // here is im2col.
-        const prof::op_scope scope(ctx, "conv2d", 0,
+        const op_scope scope(ctx, "conv2d", 0,
                                    double(sizeof(T)) * double(x.numel() + geo.column_rows() * geo.column_cols() * n));
         no_grad off(ctx);
         const std::int64_t rows = geo.column_rows() / groups, og = out_channels / groups;
@@ -405,7 +405,7 @@ template <class T>
             out,
             [geo, groups, act = o.act, y = out.detach()](const Tensor<T>& grad, const Tensor<T>& in, const Tensor<T>& wt,
                                                          const Tensor<T>& b) {
-                const prof::op_scope scope(in.context(), "conv2d_backward");
+                const op_scope scope(in.context(), "conv2d_backward");
                 const Tensor<T> g = activation_grad(grad, y, act).contiguous();
                 const std::int64_t images = in.shape()[0], outs = wt.shape()[0], og = outs / groups;
                 const std::int64_t rows = geo.column_rows() / groups, cols = geo.column_cols();
@@ -588,7 +588,7 @@ template <class T, class Window>
                                      const window_geometry* uniform) {
     const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
     const std::int64_t outputs = oh * ow, inputs = h * w;
-    const prof::op_scope scope(x.context(), "avg_pool2d");
+    const op_scope scope(x.context(), "avg_pool2d");
     const Tensor<T> in = x.detach().contiguous();
     Tensor<T> out({n, c, oh, ow}, x.context());
     auto average = [&](const T* plane, std::int64_t o) {
@@ -630,7 +630,7 @@ template <class T, class Window>
         autograd::record(
             out,
             [window](const Tensor<T>& grad, const Tensor<T>& src) {
-                const prof::op_scope scope(src.context(), "avg_pool2d_backward");
+                const op_scope scope(src.context(), "avg_pool2d_backward");
                 const Tensor<T> g = grad.contiguous();
                 const std::int64_t planes = g.shape()[0] * g.shape()[1], gh = g.shape()[2], gw = g.shape()[3];
                 const std::int64_t h = src.shape()[2], w = src.shape()[3];
@@ -793,7 +793,7 @@ template <class T>
     check_images(x, "max_pool2d");
     const window_geometry g = pool_geometry(x.shape(), o, "max_pool2d");
     const std::int64_t planes = x.shape()[0] * g.channels, outputs = g.oh * g.ow, inputs = g.h * g.w;
-    const prof::op_scope scope(x.context(), "max_pool2d");
+    const op_scope scope(x.context(), "max_pool2d");
     const Tensor<T> in = x.detach().contiguous();
     Tensor<T> out({x.shape()[0], g.channels, g.oh, g.ow}, x.context());
     const bool records = autograd::records(x);
@@ -810,7 +810,7 @@ template <class T>
         autograd::record(
             out,
             [](const Tensor<T>& grad, const Tensor<T>& src, const Tensor<std::int32_t>& win) {
-                const prof::op_scope scope(src.context(), "max_pool2d_backward");
+                const op_scope scope(src.context(), "max_pool2d_backward");
                 const Tensor<T> g = grad.contiguous();
                 const std::int64_t gh = g.shape()[2], gw = g.shape()[3], per_plane = gh * gw;
                 const std::int64_t h = src.shape()[2], w = src.shape()[3], plane = h * w;

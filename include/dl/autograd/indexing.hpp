@@ -251,7 +251,7 @@ template <class T, std::integral I>
     autograd::detail::check_indices(index, t.shape()[d], "index_select");
     Shape shape = t.shape();
     shape[d] = index.numel();
-    const prof::op_scope scope(t.context(), "index_select");
+    const op_scope scope(t.context(), "index_select");
     Tensor<T> out(shape, t.context());
     autograd::detail::copy_rows<false>(out, t.detach().contiguous(), index, d, false);
     if constexpr (is_floating_element<T>) {
@@ -389,7 +389,7 @@ template <class T, std::integral I>
             detail::fail("dl::embedding_bag: offsets must start at 0 and not decrease up to ", count,
                          ", offset ", b, " is ", bounds[b]);
     }
-    const prof::op_scope scope(weight.context(), "embedding_bag");
+    const op_scope scope(weight.context(), "embedding_bag");
     auto id_at = [&ids](std::int64_t j) { return static_cast<std::int64_t>(ids.data()[j * ids.strides()[0]]); };
     const Tensor<T> w = weight.detach().contiguous();
     const Tensor<T> psw = weighted ? per_sample_weights.detach().contiguous() : Tensor<T>();

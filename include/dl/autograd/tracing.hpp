@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "../core/tensor.hpp"
-#include "../device/cpu/gemm.hpp"
+#include "../expr/activation.hpp"
 #include "../expr/expression.hpp"
 
 namespace dl::autograd {

@@ -14,9 +14,7 @@
 
 namespace dl {
 
-namespace prof {
-class profiler;
-}
+class op_listener;
 namespace autograd {
 class recorder;
 }
@@ -104,10 +102,11 @@ public:
 
     [[nodiscard]] Device device() const noexcept { return device_; }
 
-    /// The profiler that records this Context's ops (prof/profiler.hpp), or null (the default: ops
-    /// then pay one untaken branch). The profiler must outlive its attachment.
-    void set_profiler(prof::profiler* p) noexcept { profiler_ = p; }
-    [[nodiscard]] prof::profiler* profiler() const noexcept { return profiler_; }
+    /// The profiler that records this Context's ops (a prof::profiler, or any op_listener: see
+    /// core/op_scope.hpp), or null (the default: ops then pay one untaken branch). The profiler must
+    /// outlive its attachment.
+    void set_profiler(op_listener* p) noexcept { profiler_ = p; }
+    [[nodiscard]] op_listener* profiler() const noexcept { return profiler_; }
 
     /// The graph tracer recording this Context's ops (graph/trace.hpp sets it while it traces), or null.
     void set_recorder(autograd::recorder* r) noexcept { recorder_ = r; }
@@ -135,7 +134,7 @@ private:
     std::atomic<std::uint64_t> random_offset_{0};
     bool training_ = true;
     Device device_ = Device::cpu;
-    prof::profiler* profiler_ = nullptr;
+    op_listener* profiler_ = nullptr;
     autograd::recorder* recorder_ = nullptr;
     autograd_state autograd_;
 };

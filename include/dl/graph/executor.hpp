@@ -385,7 +385,7 @@ private:
             if (!p.keep[reused] && remaining_[reused].load(std::memory_order_relaxed) == 1) out = slots_[reused];
         }
         {
-            const prof::op_scope scope(ctx, n.op.c_str());
+            const op_scope scope(ctx, n.op.c_str());
             if (n.fused())
                 detail::run_fused(n, inputs, out, ctx);
             else

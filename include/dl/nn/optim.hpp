@@ -165,7 +165,7 @@ protected:
     template <class F>
     void for_each_parameter(F&& f) {
         const dl::flush_denormals mode(params_.empty() || params_[0].context().flushes_denormals());
-        const prof::op_scope scope(params_.empty() ? default_context() : params_[0].context(), "optimizer_step");
+        const op_scope scope(params_.empty() ? default_context() : params_[0].context(), "optimizer_step");
         ++steps_;
         for (std::size_t i = 0; i < params_.size(); ++i) {
             Tensor<T> g = params_[i].grad();

@@ -3,12 +3,9 @@
 // — elementwise loops, reductions, matrix products, convolutions, pooling, and the backward of each —
 // with its wall time and the FLOP and byte counts from the op's definition. It prints a summary per
 // op type (calls, self time, share, GFLOP/s, GB/s) and writes a Chrome-trace timeline (open it in
-// Perfetto or chrome://tracing). Detached, an op pays one load and one untaken branch.
-//
-// Times are self times: an op that runs other ops (a backward running a matrix product) is charged
-// only for what it did itself, so the shares add up to 100%.
+// Perfetto or chrome://tracing). Ops report to it through op_scope (core/op_scope.hpp), whose times
+// are self times, so the shares add up to 100%.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -19,22 +16,13 @@
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "../core/context.hpp"
 #include "../core/error.hpp"
+#include "../core/op_scope.hpp"
 
 namespace dl::prof {
-
-/// One finished op.
-struct op_event {
-    const char* name;
-    std::int64_t start_ns, duration_ns, self_ns;
-    double flops, bytes;
-    std::uint32_t thread;
-    std::uint16_t depth;
-};
 
 /// Totals of one op type.
 struct op_summary {
@@ -43,12 +31,12 @@ struct op_summary {
     double self_seconds = 0, flops = 0, bytes = 0;
 };
 
-class profiler {
+class profiler final : public op_listener {
 public:
     profiler() : origin_(clock::now()) {}
 
     /// Adds an event (thread-safe). Ops report through op_scope; call this for your own regions.
-    void record(const op_event& e) {
+    void record(const op_event& e) override {
         std::lock_guard lock(mutex_);
         events_.push_back(e);
     }
@@ -60,7 +48,7 @@ public:
         std::lock_guard lock(mutex_);
         events_.clear();
     }
-    [[nodiscard]] std::int64_t now_ns() const {
+    [[nodiscard]] std::int64_t now_ns() const override {
         return std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - origin_).count();
     }
 
@@ -127,58 +115,6 @@ private:
     clock::time_point origin_;
     mutable std::mutex mutex_;
     std::vector<op_event> events_;
-};
-
-namespace detail {
-/// The open scopes of this thread: their children's time, to compute self time.
-struct scope_stack {
-    std::int64_t child_ns[64] = {};
-    int depth = 0;
-};
-inline thread_local scope_stack scopes;
-inline std::uint32_t thread_number() {
-    static std::atomic<std::uint32_t> next{0};
-    thread_local const std::uint32_t id = next.fetch_add(1);
-    return id;
-}
-}  // namespace detail
-
-/// Times the enclosing op into the Context's profiler, when one is attached; `name` must be a string
-/// literal (events keep the pointer).
-class op_scope {
-public:
-    op_scope(const Context& ctx, const char* name, double flops = 0, double bytes = 0) noexcept
-        : profiler_(ctx.profiler()) {
-        if (!profiler_) [[likely]]
-            return;
-        name_ = name, flops_ = flops, bytes_ = bytes;
-        auto& s = detail::scopes;
-        if (s.depth < 64) s.child_ns[s.depth] = 0;
-        ++s.depth;
-        start_ = profiler_->now_ns();
-    }
-    op_scope(const op_scope&) = delete;
-    op_scope& operator=(const op_scope&) = delete;
-    ~op_scope() {
-        if (!profiler_) [[likely]]
-            return;
-        const std::int64_t duration = profiler_->now_ns() - start_;
-        auto& s = detail::scopes;
-        --s.depth;
-        const std::int64_t children = s.depth < 64 ? s.child_ns[s.depth] : 0;
-        if (s.depth > 0 && s.depth - 1 < 64) s.child_ns[s.depth - 1] += duration;
-        try {
-            profiler_->record({name_, start_, duration, duration - children, flops_, bytes_, detail::thread_number(),
-                               static_cast<std::uint16_t>(s.depth)});
-        } catch (...) {  // out of memory while profiling: drop the event rather than the op
-        }
-    }
-
-private:
-    profiler* profiler_;
-    const char* name_ = nullptr;
-    double flops_ = 0, bytes_ = 0;
-    std::int64_t start_ = 0;
 };
 
 /// Parameters per layer of a model: "name  shape  count" lines and the total.

@@ -99,7 +99,7 @@ void direct_conv(const T* x, const std::array<std::int64_t, 4>& xs, const direct
                  const T* bias, activation act, T* out, Context& ctx) {
     using V = direct_conv_vector<T>;
     const std::int64_t O = s.out_channels, OH = s.oh(), OW = s.ow(), wp = s.padded_w();
-    const prof::op_scope scope(ctx, "conv2d_direct", 2.0 * double(s.images * O * OH * OW * s.taps()),
+    const op_scope scope(ctx, "conv2d_direct", 2.0 * double(s.images * O * OH * OW * s.taps()),
                                double(sizeof(T)) * double(s.images) * double(s.in_channels * s.h * s.w + O * OH * OW));
     with_direct_conv_taps(s.taps(), [&](auto taps) {
         constexpr int Taps = taps.value;
@@ -161,7 +161,7 @@ void direct_conv_max_pool(const T* x, const std::array<std::int64_t, 4>& xs, con
     using V = direct_conv_vector<T>;
     constexpr int W = simd::width<T>;
     const std::int64_t O = s.out_channels, PH = s.oh() / 2, PW = s.ow() / 2, hp = s.padded_h(), wh = (s.padded_w() + 1) / 2;
-    const prof::op_scope scope(ctx, "conv2d_direct", 2.0 * double(s.images * O * 4 * PH * PW * s.taps()),
+    const op_scope scope(ctx, "conv2d_direct", 2.0 * double(s.images * O * 4 * PH * PW * s.taps()),
                                double(sizeof(T)) * double(s.images) * double(s.in_channels * s.h * s.w + O * PH * PW));
     with_direct_conv_taps(s.taps(), [&](auto taps) {
         constexpr int Taps = taps.value;
@@ -222,7 +222,7 @@ void direct_conv_weight_gradient(const T* x, const std::array<std::int64_t, 4>& 
     using V = direct_conv_vector<T>;
     const std::int64_t O = s.out_channels, OH = s.oh(), OW = s.ow(), wp = s.padded_w();
     const std::int64_t plane = s.in_channels * s.padded_h() * wp;
-    const prof::op_scope scope(ctx, "conv2d_direct_backward", 2.0 * double(s.images * O * OH * OW * s.taps()),
+    const op_scope scope(ctx, "conv2d_direct_backward", 2.0 * double(s.images * O * OH * OW * s.taps()),
                                double(sizeof(T)) * double(s.images) * double(s.in_channels * s.h * s.w + O * OH * OW));
     with_direct_conv_taps(s.taps(), [&](auto taps) {
         constexpr int Taps = taps.value;

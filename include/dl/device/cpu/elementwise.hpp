@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "../../expr/evaluator.hpp"
-#include "../../prof/profiler.hpp"
+#include "../../core/op_scope.hpp"
 
 namespace dl {
 
@@ -304,7 +304,7 @@ void assign(Tensor<T>& out, E&& e, bool accumulate = false) {
         }
         using X = std::remove_cvref_t<E>;
         const auto n = static_cast<double>(out.numel());
-        const prof::op_scope scope(out.context(), expression_name<X>, n * op_count<X>,
+        const op_scope scope(out.context(), expression_name<X>, n * op_count<X>,
                                    n * static_cast<double>(sizeof(T) * (leaf_count<X> + 1 + accumulate)));
         bool alias = false;
         if (flat) {

@@ -24,10 +24,11 @@
 #include <vector>
 
 #include "../../core/tensor.hpp"
+#include "../../expr/activation.hpp"
 #include "../../expr/functors.hpp"
 #include "../../expr/operators.hpp"
 #include "../../expr/simd.hpp"
-#include "../../prof/profiler.hpp"
+#include "../../core/op_scope.hpp"
 #include "elementwise.hpp"
 
 #if defined(__AVX2__)
@@ -36,13 +37,6 @@
 #ifdef DL_USE_BLAS
 #include <cblas.h>
 #endif
-
-namespace dl {
-
-/// Activations a product can apply to its output tile (the GEMM epilogue).
-enum class activation : std::uint8_t { none, relu, gelu, sigmoid, tanh };
-
-}  // namespace dl
 
 namespace dl::detail {
 
@@ -771,7 +765,7 @@ template <class T>
 void gemm_checked(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const matrix_ref<T>& c,
                   const gemm_epilogue<T>& ep, Context& ctx) {
     const std::int64_t M = c.rows, N = c.cols, K = a.cols;
-    const prof::op_scope scope(ctx, "matmul", 2.0 * double(M) * double(N) * double(K),
+    const op_scope scope(ctx, "matmul", 2.0 * double(M) * double(N) * double(K),
                                double(sizeof(T)) * double(M * K + K * N + M * N));
     if (M == 0 || N == 0) return;
     const std::int64_t work = M * N * std::max<std::int64_t>(K, 1);

@@ -179,7 +179,7 @@ void gemm_bf16(const matrix_ref<const bfloat16>& a, const matrix_ref<const bfloa
     if (M == 0 || N == 0) return;
     if constexpr (Native && has_avx512_bf16) {
 #if DL_HAVE_AVX512_BF16
-        const prof::op_scope scope(ctx, "matmul_bf16", 2.0 * double(M) * double(N) * double(K),
+        const op_scope scope(ctx, "matmul_bf16", 2.0 * double(M) * double(N) * double(K),
                                    double(2 * (M * K + K * N) + 4 * M * N));
         constexpr int MR = bf16_shape::MR;
         const int threads = ctx.concurrency();

@@ -159,7 +159,7 @@ void gemm_u8s8(const matrix_ref<const std::uint8_t>& a, const packed_s8& b, cons
     if (a.rows != M || b.rows() != K || b.cols() != N)
         fail("dl::gemm_u8s8: shapes [", a.rows, ", ", a.cols, "]·[", b.rows(), ", ", b.cols(), "] into [", M, ", ", N,
              "] do not match");
-    const prof::op_scope scope(ctx, "matmul_int8", 2.0 * double(M) * double(N) * double(K),
+    const op_scope scope(ctx, "matmul_int8", 2.0 * double(M) * double(N) * double(K),
                                double(M * K + K * N + 4 * M * N));
     if (M == 0 || N == 0) return;
     constexpr int MR = int8_shape::MR;

@@ -55,7 +55,7 @@ template <class Acc, class E>
     const int rank = in_shape.size();
     const reduced_dims red = parse_axes(axes, rank, op);
     const Context* scope_ctx = context_of(e);
-    const prof::op_scope scope(scope_ctx ? *scope_ctx : default_context(), "reduce", static_cast<double>(in_shape.numel()),
+    const op_scope scope(scope_ctx ? *scope_ctx : default_context(), "reduce", static_cast<double>(in_shape.numel()),
                                static_cast<double>(in_shape.numel() * std::int64_t(sizeof(value_t<E>))));
 
     Shape out_shape, kept_shape, red_shape;

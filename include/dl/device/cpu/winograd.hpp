@@ -489,7 +489,7 @@ template <class T>
     const std::int64_t C = s.in_channels, O = s.out_channels, OH = s.oh(), OW = s.ow(), PH = OH / 2, PW = OW / 2;
     const std::int64_t TX = s.tile_cols(), tiles = s.images * s.tile_rows() * TX;
     if (tiles == 0 || O == 0) return true;
-    const prof::op_scope scope(ctx, "conv2d_winograd", 2.0 * 16 * double(O) * double(C) * double(tiles),
+    const op_scope scope(ctx, "conv2d_winograd", 2.0 * 16 * double(O) * double(C) * double(tiles),
                                double(sizeof(T)) * double(s.images) * double(C * s.h * s.w + O * OH * OW));
     const std::vector<T> packed_u = winograd_pack_weights(u, O, C);
     constexpr std::int64_t NR = winograd_panel<T>;
@@ -712,7 +712,7 @@ template <class T>
     const std::int64_t C = s.in_channels, O = s.out_channels, TX = s.tile_cols(), tiles = s.images * s.tile_rows() * TX;
     std::fill(dw, dw + O * C * 9, T(0));
     if (tiles == 0 || O == 0 || C == 0) return true;
-    const prof::op_scope scope(ctx, "conv2d_winograd", 2.0 * 16 * double(O) * double(C) * double(tiles),
+    const op_scope scope(ctx, "conv2d_winograd", 2.0 * 16 * double(O) * double(C) * double(tiles),
                                double(sizeof(T)) * double(s.images) * double(C * s.h * s.w + O * s.oh() * s.ow()));
     constexpr std::int64_t NR = 32;
     // Blocks of about 2^18 values (V and dM): longer products than the forward's blocks (2^17 to 2^19
