@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/check-includes passes on the repository and fails on a copy with an upward include added
-# (core/ naming nn/) or with one of its known upward includes removed (a stale entry).
+# (core/ naming nn/, and device/ naming prof/).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
@@ -19,9 +19,9 @@ mkdir -p "$work/up" && cp -r include "$work/up/"
 printf '#include "../nn/loss.hpp"\n' >>"$work/up/include/dl/core/shape.hpp"
 expect nonzero "$work/up" "core/shape.hpp including nn/loss.hpp"
 
-mkdir -p "$work/stale" && cp -r include "$work/stale/"
-sed -i '/#include "..\/nn\/loss.hpp"/d' "$work/stale/include/dl/graph/differentiate.hpp"
-expect nonzero "$work/stale" "a known upward include that is gone"
+mkdir -p "$work/device" && cp -r include "$work/device/"
+printf '#include "../../prof/profiler.hpp"\n' >>"$work/device/include/dl/device/cpu/gemm.hpp"
+expect nonzero "$work/device" "device/cpu/gemm.hpp including prof/profiler.hpp"
 
 echo "check_includes: $((3 - failures)) passed, $failures failed"
 ((failures == 0))

@@ -40,11 +40,11 @@ private:
 
 namespace autograd {
 
-class node : public detail::grad_link {
+class node : public dl::detail::grad_link {
 public:
     node(Context& ctx, const Shape& shape, std::size_t bytes) noexcept
         : shape_(shape), ctx_(&ctx), bytes_(bytes), sequence_(ctx.autograd().sequence.fetch_add(1) + 1) {
-        destroy = [](detail::grad_link* link) noexcept {
+        destroy = [](dl::detail::grad_link* link) noexcept {
             auto* n = static_cast<node*>(link);
             Allocator& allocator = n->ctx_->allocator();
             const std::size_t bytes = n->bytes_;
@@ -97,10 +97,10 @@ template <class T>
 
 /// Allocates a node of type N from ctx's allocator.
 template <class N, class... Args>
-[[nodiscard]] detail::grad_ref make_node(Context& ctx, const Shape& shape, Args&&... args) {
+[[nodiscard]] dl::detail::grad_ref make_node(Context& ctx, const Shape& shape, Args&&... args) {
     void* p = ctx.allocator().allocate(sizeof(N));
     try {
-        return detail::grad_ref(::new (p) N(ctx, shape, sizeof(N), std::forward<Args>(args)...));
+        return dl::detail::grad_ref(::new (p) N(ctx, shape, sizeof(N), std::forward<Args>(args)...));
     } catch (...) {
         ctx.allocator().deallocate(p, sizeof(N));
         throw;
@@ -125,7 +125,7 @@ template <class T>
             all_one = all_one && full.shape()[d] == 1;
         }
     if (all_one && full.is_contiguous()) return full.reshape(target);
-    return detail::reduce(full, axes, true, detail::sum_acc<T>{}, "sum").reshape(target);
+    return dl::detail::reduce(full, axes, true, dl::detail::sum_acc<T>{}, "sum").reshape(target);
 }
 
 /// n.grad += g, where g (an expression or tensor) broadcasts to n's shape, or has a larger shape whose
@@ -186,7 +186,7 @@ public:
     [[nodiscard]] bool is_leaf() const noexcept override { return false; }
     void backward() override {
         if (!saved_)
-            detail::fail("dl::backward: this part of the graph was already freed by an earlier backward; "
+            dl::detail::fail("dl::backward: this part of the graph was already freed by an earlier backward; "
                          "pass retain_graph = true to the first one to run backward twice");
         std::apply([&](const Backward& fn, const auto&... inputs) { fn(this->grad, inputs...); }, *saved_);
     }
@@ -236,14 +236,14 @@ template <class... Args>
 template <class T>
 void set_requires_grad(Tensor<T>& t, bool on) {
     if constexpr (!is_floating_element<T>) {
-        if (on) detail::fail("dl::requires_grad_: only floating tensors have gradients, this one holds ", dtype_of<T>);
+        if (on) dl::detail::fail("dl::requires_grad_: only floating tensors have gradients, this one holds ", dtype_of<T>);
     } else {
         if (on) {
             if (!t.requires_grad())
                 t.set_grad_link(make_node<typed_node<T>>(t.context(), t.shape()));
         } else if (t.requires_grad()) {
             if (!node_of(t)->is_leaf())
-                detail::fail("dl::requires_grad_: cannot turn off gradients of a computed tensor; use detach()");
+                dl::detail::fail("dl::requires_grad_: cannot turn off gradients of a computed tensor; use detach()");
             t.set_grad_link({});
         }
     }
@@ -257,7 +257,7 @@ Tensor<T> grad_of(const Tensor<T>& t) {
 
 template <class T>
 void retain_grad(const Tensor<T>& t) {
-    if (!t.requires_grad()) detail::fail("dl::retain_grad: the tensor does not require grad");
+    if (!t.requires_grad()) dl::detail::fail("dl::retain_grad: the tensor does not require grad");
     node_of(t)->retain = true;
 }
 
@@ -269,13 +269,13 @@ bool is_leaf(const Tensor<T>& t) {
 template <class T>
 void backward(const Tensor<T>& root, const Tensor<T>* grad, bool retain_graph) {
     if (!root.requires_grad())
-        detail::fail("dl::backward: the tensor does not require grad (no input of the ops that made it requires "
+        dl::detail::fail("dl::backward: the tensor does not require grad (no input of the ops that made it requires "
                      "grad, or they ran under no_grad)");
     if (!grad && root.numel() != 1)
-        detail::fail("dl::backward: without a gradient argument the tensor must have one element, not shape ",
+        dl::detail::fail("dl::backward: without a gradient argument the tensor must have one element, not shape ",
                      root.shape());
     if (grad && grad->shape() != root.shape())
-        detail::fail("dl::backward: gradient of shape ", grad->shape(), " for a tensor of shape ", root.shape());
+        dl::detail::fail("dl::backward: gradient of shape ", grad->shape(), " for a tensor of shape ", root.shape());
     Context& ctx = root.context();
     no_grad off(ctx);
     auto* start = node_of(root);
@@ -314,16 +314,16 @@ void backward(const Tensor<T>& root, const Tensor<T>* grad, bool retain_graph) {
     try {
         for (; next < order.size(); ++next) {
             auto* n = static_cast<node*>(order[next]);
-            const detail::grad_ref hold(n);  // takes over the reference taken above
+            const dl::detail::grad_ref hold(n);  // takes over the reference taken above
             if (n->has_grad()) {
-                const prof::op_scope scope(ctx, "backward");
+                const op_scope scope(ctx, "backward");
                 n->backward();
             }
             if (!retain_graph) n->release_saved();
             if (!n->retain) n->drop_grad();
         }
     } catch (...) {
-        for (++next; next < order.size(); ++next) const detail::grad_ref release(static_cast<node*>(order[next]));
+        for (++next; next < order.size(); ++next) const dl::detail::grad_ref release(static_cast<node*>(order[next]));
         order.clear();
         throw;
     }
