@@ -24,6 +24,10 @@
 
 namespace dl::prof {
 
+// Their home before they moved down to core/ (so that kernels below prof/ time themselves).
+using dl::op_event;
+using dl::op_scope;
+
 /// Totals of one op type.
 struct op_summary {
     std::string name;
