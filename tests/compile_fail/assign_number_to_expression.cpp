@@ -1,6 +1,6 @@
 // expect-error: expression is read-only
 // The same with a number on the right, through a named expression.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 int main() {
     auto a = dl::zeros<float>({3});

@@ -1,6 +1,6 @@
 // expect-error: expression is read-only
 // Expressions are values, not places: assign to a Tensor or a view of one.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 int main() {
     auto a = dl::zeros<float>({3});

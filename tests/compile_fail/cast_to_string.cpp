@@ -1,6 +1,6 @@
 // expect-error: satisfaction of .element<U>
 // cast<U> converts to an element type only.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // expect-error: satisfaction of .scalar<H>
 // clamp's bounds are numbers.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <string>
 

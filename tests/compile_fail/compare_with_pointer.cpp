@@ -1,6 +1,6 @@
 // expect-error: operator< needs a Tensor or expression
 // Comparing an expression with a pointer.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 int main() {
     auto a = dl::zeros<float>({3});

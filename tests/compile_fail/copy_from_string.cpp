@@ -1,6 +1,6 @@
 // expect-error: only a Tensor, an expression or a number can be assigned to a Tensor
 // copy_from (and assign) take tensors, expressions and numbers.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // expect-error: satisfaction of .binary_operands<A, B>
 // Named binary functions take tensors, expressions and numbers, like the operators.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // expect-error: dl::sum: the argument must be a Tensor or an elementwise expression
 // Reductions take tensors and expressions, not containers.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <vector>
 

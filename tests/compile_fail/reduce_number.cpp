@@ -1,6 +1,6 @@
 // expect-error: dl::max: the argument must be a Tensor or an elementwise expression
 // dl::max is a reduction, not std::max.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 int main() {
 #ifdef DL_CONTROL

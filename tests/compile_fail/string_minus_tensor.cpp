@@ -1,6 +1,6 @@
 // expect-error: operator- needs a Tensor or expression
 // The same misuse with the tensor on the right.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <string>
 

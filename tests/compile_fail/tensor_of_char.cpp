@@ -1,6 +1,6 @@
 // expect-error: satisfaction of .element<T>
 // Tensor elements are bool, uint8, int32, int64, float, double (and the 16-bit floats).
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 int main() {
 #ifdef DL_CONTROL

@@ -1,6 +1,6 @@
 // expect-error: operator\+ needs a Tensor or expression
 // Adding a Tensor and something that is neither a Tensor, an expression nor a number.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // expect-error: satisfaction of .expression<E>
 // Elementwise functions take a Tensor or an expression; the failed concept is named.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <vector>
 
