@@ -2,7 +2,7 @@
 #       -DWORK_DIR=... -DGENERATOR=... -DMAKE_PROGRAM=... -DCXX=... [-DLAUNCHER=...]
 #       [-DCOMPONENTS=data,ps,mpi] -P install_test.cmake
 #
-# Builds and runs tests/install/consumer against dl as a user would get it: installed (find_package,
+# Builds (with dl_precompile_headers) and runs tests/install/consumer against dl as a user would get it: installed (find_package,
 # asking for COMPONENTS), installed on a machine without zlib, nlohmann-json, Boost or MPI
 # (find_package_core: dl::dl alone), or vendored (add_subdirectory).
 function(run_step what)
@@ -54,6 +54,11 @@ else()
 endif()
 
 run_step("build" ${CMAKE_COMMAND} --build "${_build}" --config Release)
+# The consumer precompiles <dl/tensor.hpp> with dl_precompile_headers: the header was built.
+file(GLOB_RECURSE _gch "${_build}/CMakeFiles/consumer.dir/*.gch")
+if(NOT _gch)
+  message(FATAL_ERROR "install test (${MODE}): dl_precompile_headers(consumer) built no precompiled header")
+endif()
 
 set(_exe "${_build}/consumer")
 if(NOT EXISTS "${_exe}" AND EXISTS "${_build}/Release/consumer")

@@ -1,5 +1,5 @@
 // Smallest real use of the installed library; built by the install.* ctest tests.
-#include <dl/dl.hpp>
+#include <dl/tensor.hpp>
 
 #include <cstdio>
 
