@@ -5,6 +5,7 @@
 
 #include <dl/dl.hpp>
 #include <dl/graph/serialize.hpp>
+#include <dl/nn/checkpoint.hpp>
 
 #include <nlohmann/json.hpp>
 
