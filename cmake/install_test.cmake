@@ -55,7 +55,7 @@ endif()
 
 run_step("build" ${CMAKE_COMMAND} --build "${_build}" --config Release)
 # The consumer precompiles <dl/tensor.hpp> with dl_precompile_headers: the header was built.
-file(GLOB_RECURSE _gch "${_build}/CMakeFiles/consumer.dir/*.gch")
+file(GLOB_RECURSE _gch "${_build}/CMakeFiles/consumer.dir/*.gch" "${_build}/CMakeFiles/consumer.dir/*.pch")  # GCC, Clang
 if(NOT _gch)
   message(FATAL_ERROR "install test (${MODE}): dl_precompile_headers(consumer) built no precompiled header")
 endif()
