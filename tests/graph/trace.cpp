@@ -48,6 +48,29 @@ TEST_CASE("graph: a traced elementwise chain prints one node per op and reruns o
     CHECK(dl_test::same_elements(g(a, b), expected, 1e-6));
 }
 
+
+// A traced op runs, at trace time and in the graph, as its tile kernel over a chain of one step
+// (autograd/tiles.hpp), which densifies what it cannot read tile by tile: a broadcast row, a
+// transposed view, a scalar tensor; and keeps a 0-row batch empty.
+TEST_CASE("graph: traced single ops over broadcast, strided and scalar operands equal eager") {
+    dl::Context ctx({.seed = 5, .threads = 2});
+    const auto x = dl::uniform<float>({5, 8}, -1, 1, ctx);
+    const auto row = dl::uniform<float>({1, 8}, -1, 1, ctx), column = dl::uniform<float>({8, 5}, -1, 1, ctx);
+    const auto scale = dl::uniform<float>({1}, 1, 2, ctx);
+    auto f = [&](const Tensor<float>& a) { return dl::exp(a + row) * column.transpose(0, 1) - a * scale; };
+    const Tensor<float> expected = f(x);
+    auto g = dl::graph::trace(f, x);
+    for (bool optimized : {false, true}) {
+        if (optimized) g.optimize();
+        INFO(g.to_string());
+        CHECK(dl_test::same_elements(g(x), expected, 1e-6));
+    }
+    auto h = dl::graph::trace([&](const Tensor<float>& a) { return dl::exp(a + row) * scale; }, x);
+    const Tensor<float> want = dl::exp(x + row) * scale;
+    CHECK(dl_test::same_elements(h(x), want, 1e-6));
+    const Tensor<float> none = h(Tensor<float>({0, 8}, ctx));
+    CHECK(none.shape() == dl::Shape{0, 8});
+}
 TEST_CASE("graph: every layer traced equals eager, at another batch size, optimised or not") {
     dl::Context ctx({.seed = 5, .threads = 2});
     SUBCASE("linear + relu + linear") {

@@ -11,6 +11,7 @@
 
 #include "../expr/operators.hpp"
 #include "node.hpp"
+#include "tiles.hpp"
 #include "tracing.hpp"
 
 namespace dl::autograd {
@@ -237,35 +238,31 @@ void run_tile(const Op& op, R* out, std::int64_t count, const tile_operand* inpu
         dl::detail::run_row<row_kernel::scalar>(out, 1, ev, 0, count, dl::detail::store_mode::write);
 }
 
+/// The tile kernel of op over operands held as `slots`: one per (op, operand types), shared by every
+/// expression that applies op to them.
+template <class R, class Op, class... Slots>
+[[nodiscard]] tile_kernel tile_of(const Op& op, const std::tuple<Slots...>& slots) {
+    return {[op, slots](const tile_operand* inputs, void* out, std::int64_t count) {
+                run_tile<R, Op>(op, static_cast<R*>(out), count, inputs, slots);
+            },
+            Op::cost};
+}
+
 /// Records e as one op per functor, innermost first, and returns its value: tracing (graph/) sees a
 /// compile-time fused expression as the chain of ops it is made of, which its fusion pass can fuse again.
+/// Each op runs, now and in the graph, as its tile kernel over a chain of one step (autograd/tiles.hpp):
+/// an expression assignment per traced op would compile every loop variant of it into each file.
 template <class Op, class... E>
 [[nodiscard]] Tensor<value_t<fn_node<Op, E...>>> traced_operand(recorder& r, const fn_node<Op, E...>& n) {
     using R = value_t<fn_node<Op, E...>>;
     // Braced initialisation evaluates (and records) the operands left to right.
     auto operands = std::apply([&](const auto&... e) { return std::tuple{traced_operand(r, e)...}; }, n.operands);
-    auto kernel = [op = n.op](any_tensor& out, const auto&... a) {
-        auto expr = make_node(op, a...);
-        const Shape shape = shape_of(expr);
-        auto* into = std::get_if<Tensor<R>>(&out);
-        if (!into || !into->defined() || into->shape() != shape) {
-            Context* ctx = context_of(expr);
-            out = Tensor<R>(shape, ctx ? *ctx : default_context());
-            into = &std::get<Tensor<R>>(out);
-        }
-        assign(*into, expr);
-    };
     return std::apply(
         [&](const auto&... a) {
             op_record op;
             op.name = Op::name;
             op.attributes = functor_attributes<R>(n.op, a...);
             op.kind = op_kind::elementwise;
-            Context* ctx = context_of(n);
-            {
-                const recording_paused pause(ctx ? *ctx : default_context());
-                kernel(op.output, a...);
-            }
             auto slot = [&]<class A>(const A& x) {
                 if constexpr (is_tensor_v<A>) {
                     detail::argument_slot<A> s;
@@ -276,14 +273,12 @@ template <class Op, class... E>
                     return detail::argument_slot<A>{x};
                 }
             };
-            std::tuple<detail::argument_slot<std::remove_cvref_t<decltype(a)>>...> slots{slot(a)...};
-            op.tile = {[op = n.op, slots](const tile_operand* inputs, void* out, std::int64_t count) {
-                           run_tile<R, Op>(op, static_cast<R*>(out), count, inputs, slots);
-                       },
-                       Op::cost};
-            op.kernel = [kernel, slots = std::move(slots)](std::span<const any_tensor> inputs, any_tensor& out) {
-                std::apply([&](const auto&... s) { kernel(out, s.get(inputs)...); }, slots);
-            };
+            const std::tuple<detail::argument_slot<std::remove_cvref_t<decltype(a)>>...> slots{slot(a)...};
+            op.tile = tile_of<R>(n.op, slots);
+            fused_step step{op.name, op.attributes, {}, dtype_of<R>, op.tile};
+            for (int i = 0; i < static_cast<int>(op.inputs.size()); ++i) step.inputs.push_back(i);
+            op.kernel = step_kernel(std::move(step));
+            op.kernel(op.inputs, op.output);
             Tensor<R> result = std::get<Tensor<R>>(op.output);
             r.record(std::move(op));
             return result;

@@ -56,6 +56,16 @@ struct tile_kernel {
     explicit operator bool() const noexcept { return static_cast<bool>(run); }
 };
 
+/// One step of a chain of elementwise ops: its op and attributes (as recorded), its operands (index
+/// >= 0: the chain's input; -1 - s: the result of step s), its result's dtype and its tile kernel.
+struct fused_step {
+    std::string op;
+    std::string attributes;
+    std::vector<int> inputs;
+    DType dtype;
+    tile_kernel tile;
+};
+
 /// What a product's epilogue applies to its result: the activation, then (conv2d only) a max pool of
 /// max_pool × max_pool windows at stride max_pool, 0 for none. See record_product.
 struct product_epilogue {

@@ -42,17 +42,6 @@ namespace detail {
     return s == value_source::parameter || s == value_source::constant;
 }
 
-[[nodiscard]] inline Context& context_of(const any_tensor& t) {
-    return std::visit(
-        []<class V>(const V& x) -> Context& {
-            if constexpr (std::is_same_v<V, std::monostate>)
-                return default_context();
-            else
-                return x.context();
-        },
-        t);
-}
-
 /// Removes the nodes that make `outputs`.
 inline void remove_nodes_making(Graph& g, std::initializer_list<int> outputs) {
     std::vector<node> kept;

@@ -20,6 +20,7 @@
 namespace dl::graph {
 
 using autograd::any_tensor;
+using autograd::fused_step;
 using autograd::op_kernel;
 using autograd::op_kind;
 using autograd::product_epilogue;
@@ -39,16 +40,6 @@ struct value {
     [[nodiscard]] std::int64_t bytes() const {
         return shape.numel() * static_cast<std::int64_t>(dtype_size(dtype));
     }
-};
-
-/// One kernel of a fused node. Its inputs are the fused node's inputs (index >= 0) or the results of
-/// earlier steps (index -1 - step).
-struct fused_step {
-    std::string op;
-    std::string attributes;
-    std::vector<int> inputs;
-    DType dtype;
-    tile_kernel tile;
 };
 
 /// A fused node's chain compiled into one loop (graph/codegen.hpp): `run` computes `count` results at

@@ -253,17 +253,12 @@ template <class... Types>
     cannot_rebuild(s, "dl has no elementwise op of that name");
 }
 
-/// The kernel of a loaded elementwise node: its tile kernel run as a fused node of one step (operands
-/// broadcast, the pool's threads over tiles).
+/// The kernel of a loaded elementwise node: its tile kernel run as a chain of one step (operands
+/// broadcast, the pool's threads over tiles), as a traced one runs.
 [[nodiscard]] inline op_kernel tile_node_kernel(const node& n, DType result) {
-    node single;
-    single.op = n.op;
     fused_step step{n.op, n.attributes, {}, result, n.tile};
     for (int i = 0; i < static_cast<int>(n.inputs.size()); ++i) step.inputs.push_back(i);
-    single.steps.push_back(std::move(step));
-    return [single = std::move(single)](std::span<const any_tensor> inputs, any_tensor& out) {
-        run_fused(single, inputs, out, context_of(inputs[0]));
-    };
+    return autograd::detail::step_kernel(std::move(step));
 }
 
 // --- every other op: its public function, called while recording ---
