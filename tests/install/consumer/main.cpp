@@ -8,5 +8,9 @@ int main() {
   dl::Tensor<float> y = x * 2.0f + 1.0f;
   const float got = y(7);
   std::printf("consumer: y(7) = %g (expected 15)\n", static_cast<double>(got));
-  return got == 15.0f ? 0 : 1;
+  // A product: with dl::compiled (COMPONENTS compiled) its kernel is linked from the compiled part.
+  const dl::Tensor<float> product = dl::matmul(y.reshape({2, 4}), y.reshape({4, 2}));
+  const float corner = product(1, 1);  // 9·3 + 11·7 + 13·11 + 15·15
+  std::printf("consumer: (y·y)(1, 1) = %g (expected 472)\n", static_cast<double>(corner));
+  return got == 15.0f && corner == 472.0f ? 0 : 1;
 }
