@@ -51,13 +51,13 @@ TEST_CASE("graph: a traced elementwise chain prints one node per op and reruns o
 
 // A traced op runs, at trace time and in the graph, as its tile kernel over a chain of one step
 // (autograd/tiles.hpp), which densifies what it cannot read tile by tile: a broadcast row, a
-// transposed view, a scalar tensor; and keeps a 0-row batch empty.
+// transposed view, a one-element tensor, a number; and keeps a 0-row batch empty.
 TEST_CASE("graph: traced single ops over broadcast, strided and scalar operands equal eager") {
     dl::Context ctx({.seed = 5, .threads = 2});
     const auto x = dl::uniform<float>({5, 8}, -1, 1, ctx);
     const auto row = dl::uniform<float>({1, 8}, -1, 1, ctx), column = dl::uniform<float>({8, 5}, -1, 1, ctx);
     const auto scale = dl::uniform<float>({1}, 1, 2, ctx);
-    auto f = [&](const Tensor<float>& a) { return dl::exp(a + row) * column.transpose(0, 1) - a * scale; };
+    auto f = [&](const Tensor<float>& a) { return dl::exp(a + row) * column.transpose(0, 1) - a * scale + 0.5f; };
     const Tensor<float> expected = f(x);
     auto g = dl::graph::trace(f, x);
     for (bool optimized : {false, true}) {

@@ -738,7 +738,9 @@ bool blas_gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const
 #ifdef DL_COMPILED
 // The instruction set the kernels are built for, as a symbol that only dl::compiled defines: a file
 // built for another one than the compiled part fails to link, naming the one it expected, instead of
-// running kernels built for other registers (src/compiled.cpp; the macros dl's kernels branch on).
+// running kernels built for other registers (src/compiled.cpp; the sets xsimd's batch width and dl's
+// kernels branch on). Files built without DL_COMPILED are not checked: as with header-only dl, every
+// file of a program must be built for the same instruction set.
 #if defined(DL_NO_SIMD)
 #define DL_COMPILED_FOR compiled_part_built_without_simd
 #elif defined(__AVX512BW__)
@@ -749,6 +751,14 @@ bool blas_gemm(const matrix_ref<const T>& a, const matrix_ref<const T>& b, const
 #define DL_COMPILED_FOR compiled_part_built_for_avx2_fma
 #elif defined(__AVX2__)
 #define DL_COMPILED_FOR compiled_part_built_for_avx2
+#elif defined(__AVX__)
+#define DL_COMPILED_FOR compiled_part_built_for_avx
+#elif defined(__SSE4_2__)
+#define DL_COMPILED_FOR compiled_part_built_for_sse4_2
+#elif defined(__ARM_FEATURE_SVE)
+#define DL_COMPILED_FOR compiled_part_built_for_sve
+#elif defined(__ARM_NEON)
+#define DL_COMPILED_FOR compiled_part_built_for_neon
 #else
 #define DL_COMPILED_FOR compiled_part_built_for_baseline
 #endif
