@@ -275,9 +275,7 @@ template <class Op, class... E>
             };
             const std::tuple<detail::argument_slot<std::remove_cvref_t<decltype(a)>>...> slots{slot(a)...};
             op.tile = tile_of<R>(n.op, slots);
-            fused_step step{op.name, op.attributes, {}, dtype_of<R>, op.tile};
-            for (int i = 0; i < static_cast<int>(op.inputs.size()); ++i) step.inputs.push_back(i);
-            op.kernel = step_kernel(std::move(step));
+            op.kernel = step_kernel(op.name, op.attributes, op.inputs.size(), dtype_of<R>, op.tile);
             op.kernel(op.inputs, op.output);
             Tensor<R> result = std::get<Tensor<R>>(op.output);
             r.record(std::move(op));

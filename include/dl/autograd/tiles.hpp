@@ -274,8 +274,12 @@ inline void run_steps(std::span<const fused_step> chain, const tiled_layout& lay
     });
 }
 
-/// An op's kernel that runs a chain of one step: `step`'s inputs are the op's inputs in order.
-[[nodiscard]] inline op_kernel step_kernel(fused_step step) {
+/// The kernel of an elementwise op of `inputs` operands (recorded as `op` with `attributes`) whose result
+/// has dtype `result`: its tile kernel run as a chain of one step over the op's inputs in order.
+[[nodiscard]] inline op_kernel step_kernel(std::string op, std::string attributes, std::size_t inputs, DType result,
+                                           tile_kernel tile) {
+    fused_step step{std::move(op), std::move(attributes), {}, result, std::move(tile)};
+    for (std::size_t i = 0; i < inputs; ++i) step.inputs.push_back(static_cast<int>(i));
     return [step = std::move(step)](std::span<const any_tensor> inputs, any_tensor& out) {
         Context& ctx = inputs.empty() ? default_context() : context_of(inputs.front());
         const std::span<const fused_step> chain(&step, 1);

@@ -256,9 +256,7 @@ template <class... Types>
 /// The kernel of a loaded elementwise node: its tile kernel run as a chain of one step (operands
 /// broadcast, the pool's threads over tiles), as a traced one runs.
 [[nodiscard]] inline op_kernel tile_node_kernel(const node& n, DType result) {
-    fused_step step{n.op, n.attributes, {}, result, n.tile};
-    for (int i = 0; i < static_cast<int>(n.inputs.size()); ++i) step.inputs.push_back(i);
-    return autograd::detail::step_kernel(std::move(step));
+    return autograd::detail::step_kernel(n.op, n.attributes, n.inputs.size(), result, n.tile);
 }
 
 // --- every other op: its public function, called while recording ---
